@@ -1,0 +1,108 @@
+"""softmax(mask(Q K^T * scale)) V, stage by stage, beside the fused kernel.
+
+The explicit path keeps every stage of the formula as a named tensor (scores, pattern) so probes
+can read them and take gradients through them. The fused path hands the same computation to
+``scaled_dot_product_attention``. Both must agree within dtype tolerance for every setting.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+SCALE_MODES = ("sqrt", "none", "inv")
+MASK_FILLS = ("-inf", "a finite number <= -1e4")
+# Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
+# explicit path (two GEMMs and a float32 softmax) is several times faster.
+FUSED_MAX_HEAD_DIM = 256
+
+
+def normalize_scale(scale) -> str:
+    """Map a user's `model.scale` to one of SCALE_MODES (true -> sqrt, false -> none)."""
+    if isinstance(scale, bool):
+        return "sqrt" if scale else "none"
+    if isinstance(scale, str):
+        lowered = scale.strip().lower()
+        aliases = {"true": "sqrt", "on": "sqrt", "false": "none", "off": "none"}
+        lowered = aliases.get(lowered, lowered)
+        if lowered in SCALE_MODES:
+            return lowered
+    raise ValueError(f"model.scale must be one of sqrt, none, inv, true, false; got {scale!r}")
+
+
+def scale_factor(scale, d_k: int) -> float:
+    """The multiplier applied to q.k: 1/sqrt(d_k), 1, or 1/d_k."""
+    mode = normalize_scale(scale)
+    return {"sqrt": 1.0 / math.sqrt(d_k), "none": 1.0, "inv": 1.0 / d_k}[mode]
+
+
+def normalize_mask_fill(mask_fill) -> float:
+    """`model.mask_fill` as a float: -inf, or a large negative number such as -1e9."""
+    try:
+        value = float(mask_fill)
+    except (TypeError, ValueError):
+        value = math.nan
+    if value == -math.inf or (math.isfinite(value) and value <= -1e4):
+        return value
+    raise ValueError(f"model.mask_fill must be -inf or a finite number <= -1e4 (e.g. -1e9); got {mask_fill!r}")
+
+
+def future_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
+    """True where key j lies in the future of query i (j > i), shape (t_q, t_k)."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(diagonal=1 + t_k - t_q)
+
+
+def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float = -math.inf, stages=None):
+    """The formula written out. q, k: (B, H, T, d_k); v: (B, H, T, d_v).
+
+    When `stages` is a dict, it receives the named intermediates: `scores` (scaled and masked,
+    before softmax; it retains its gradient, so d loss / d scores can be read after backward)
+    and `pattern` (the probabilities).
+    """
+    scores = q @ k.transpose(-2, -1)  # (B, H, T, T)
+    scores = scores * scale
+    if causal:
+        future = future_mask(q.size(-2), k.size(-2), q.device)  # (T, T)
+        scores = scores.masked_fill(future, mask_fill)
+    if stages is not None and scores.requires_grad:
+        scores.retain_grad()
+    pattern = torch.softmax(scores.float(), dim=-1)  # (B, H, T, T), float32 for a stable softmax
+    out = pattern.to(v.dtype) @ v  # (B, H, T, d_v)
+    if stages is not None:
+        stages["scores"] = scores
+        stages["pattern"] = pattern
+    return out, pattern
+
+
+def fused_attention(q, k, v, *, scale: float, causal: bool):
+    """The same computation through PyTorch's fused kernels (flash / cuDNN / efficient / math)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (B, H, T, d_v)
+
+
+def prefer_fused(d_k: int, d_v: int, mask_fill: float) -> bool:
+    """Which path trains faster: fused kernels up to head dim 256, the explicit path above it.
+
+    The fused kernels mask with -inf only, so a finite mask_fill always takes the explicit path.
+    """
+    return max(d_k, d_v) <= FUSED_MAX_HEAD_DIM and mask_fill == -math.inf
+
+
+def attention(q, k, v, *, scale="sqrt", causal=True, mask_fill=float("-inf"), return_probs=False,
+              impl="auto"):
+    """Public entry: softmax(mask(q k^T * scale)) v.
+
+    scale: "sqrt" (1/sqrt(d_k)), "none" (1), "inv" (1/d_k), or true / false.
+    impl: "auto" picks the faster path for d_k, "explicit" or "fused" forces one.
+    With return_probs=True the explicit path always runs and (out, probs) is returned.
+    """
+    factor = scale_factor(scale, q.size(-1))
+    fill = normalize_mask_fill(mask_fill)
+    if impl not in ("auto", "explicit", "fused"):
+        raise ValueError(f"impl must be one of auto, explicit, fused; got {impl!r}")
+    use_fused = impl == "fused" or (impl == "auto" and prefer_fused(q.size(-1), v.size(-1), fill))
+    if return_probs or not use_fused:
+        out, probs = explicit_attention(q, k, v, scale=factor, causal=causal, mask_fill=fill)
+        return (out, probs) if return_probs else out
+    return fused_attention(q, k, v, scale=factor, causal=causal)

@@ -1,0 +1,74 @@
+"""Console entry point: `andrea-exp` / `python -m andrea_exp` is the Hydra app (`-m` sweeps)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from andrea_exp import sweep
+from andrea_exp.config import ConfigError, validate
+from andrea_exp.tracking import write_summary
+
+
+def _fmt(value, spec=".4f") -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def print_run_summary(summary: dict, run_dir: Path) -> None:
+    loss = summary.get("eval/loss_as_trained")
+    print(f"[andrea-exp] {summary['run/status']} after {summary['run/steps']} steps "
+          f"in {summary.get('run/wall_s', 0):.1f} s")
+    print(f"  held-out loss {_fmt(loss)} | floor {_fmt(summary.get('eval/floor'))} | "
+          f"log V {_fmt(summary.get('data/log_vocab'))} (uniform guess) | "
+          f"generation loss {_fmt(summary.get('eval/loss_generation'))} | gap {_fmt(summary.get('eval/gap'))}")
+    print(f"  files: {run_dir}/metrics.jsonl, summary.json, checkpoints/")
+
+
+def run_job(cfg: DictConfig) -> dict:
+    """One Hydra job. In a sweep a failing cell is recorded and the sweep goes on."""
+    hydra_cfg = HydraConfig.get()
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        write_summary(run_dir, {"run/status": "failed", "run/error": str(err), "run/steps": 0}, cfg)
+        print(f"error: {err}", file=sys.stderr)
+        if in_sweep:
+            return {"run/status": "failed"}
+        sys.exit(2)
+    from andrea_exp.train import train  # torch import kept out of config errors' path
+
+    try:
+        summary = train(cfg, run_dir)
+    except Exception as err:
+        if not in_sweep:
+            raise
+        print(f"error: cell {hydra_cfg.job.num} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return {"run/status": "failed"}
+    if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
+        print_run_summary(summary, run_dir)
+    return summary
+
+
+def _is_rank_zero() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+# conf/ sits beside the package in the checkout (installed with `pip install -e .`)
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run_job)
+
+
+def main() -> None:
+    _app()
+    if sweep.failed_cells():
+        sys.exit(1)

@@ -1,0 +1,135 @@
+"""Data sources: a generated Markov chain with an exact entropy floor, and a user's text file.
+
+Markov source: each sequence starts with `order` uniform tokens, then every token follows from the
+previous `order` tokens through a sparse random transition table (`branching` successors per context,
+Dirichlet weights). Because the table is known, each target token has an exact true negative
+log-likelihood given its causal prefix; their mean over the held-out set is the floor, the lowest
+loss any causal predictor can reach on it. A loss below the floor proves the model reads the future.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Split:
+    tokens: torch.Tensor  # (N, T + 1) int64: inputs are [:, :-1], targets [:, 1:]
+    true_nll: torch.Tensor | None = None  # (N, T) float64: exact NLL of each target, when known
+
+
+class MarkovSource:
+    """Order-k Markov chain over `vocab_size` tokens with `branching` successors per context."""
+
+    def __init__(self, vocab_size: int, order: int, branching: int, concentration: float, table_seed: int):
+        if vocab_size ** order > 2_000_000:
+            raise ValueError(f"data.vocab_size ** data.order must be at most 2e6 contexts; got {vocab_size}**{order}")
+        self.vocab_size, self.order = vocab_size, order
+        rng = np.random.default_rng(table_seed)
+        n_ctx = vocab_size ** order
+        branching = min(branching, vocab_size)
+        # successors[c] lists the tokens that may follow context c; probs[c] their probabilities
+        self.successors = np.stack([rng.choice(vocab_size, size=branching, replace=False) for _ in range(n_ctx)])
+        self.probs = rng.dirichlet(np.full(branching, concentration), size=n_ctx)
+        self.probs = np.clip(self.probs, 1e-6, None)
+        self.probs /= self.probs.sum(axis=1, keepdims=True)
+        self._cum = np.cumsum(self.probs, axis=1)
+        # dense log-probability table for exact NLL lookup: (n_ctx, V)
+        self.log_table = np.full((n_ctx, vocab_size), -np.inf)
+        np.put_along_axis(self.log_table, self.successors, np.log(self.probs), axis=1)
+
+    def _context(self, seq: np.ndarray, t: int) -> np.ndarray:
+        """Context index of the `order` tokens before position t, for every row of seq."""
+        ctx = np.zeros(seq.shape[0], dtype=np.int64)
+        for j in range(t - self.order, t):
+            ctx = ctx * self.vocab_size + seq[:, j]
+        return ctx
+
+    def sample(self, n: int, length: int, seed: int) -> Split:
+        """n sequences of `length` + 1 tokens and the exact NLL of each of the `length` targets."""
+        rng = np.random.default_rng(seed)
+        seq = np.zeros((n, length + 1), dtype=np.int64)
+        nll = np.zeros((n, length + 1))
+        k = min(self.order, length + 1)
+        seq[:, :k] = rng.integers(0, self.vocab_size, size=(n, k))
+        nll[:, :k] = math.log(self.vocab_size)
+        for t in range(k, length + 1):
+            ctx = self._context(seq, t)
+            u = rng.random(n)
+            choice = (u[:, None] > self._cum[ctx]).sum(axis=1)
+            choice = np.minimum(choice, self._cum.shape[1] - 1)
+            seq[:, t] = self.successors[ctx, choice]
+            nll[:, t] = -np.log(self.probs[ctx, choice])
+        return Split(torch.from_numpy(seq), torch.from_numpy(nll[:, 1:]))
+
+    def nll_of(self, seq: torch.Tensor) -> torch.Tensor:
+        """Exact NLL of each target of given sequences (N, T+1) -> (N, T)."""
+        s = seq.cpu().numpy()
+        out = np.zeros(s.shape, dtype=np.float64)
+        out[:, : self.order] = math.log(self.vocab_size)
+        for t in range(self.order, s.shape[1]):
+            out[:, t] = -self.log_table[self._context(s, t), s[:, t]]
+        return torch.from_numpy(out[:, 1:])
+
+
+def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -> tuple[Split, Split]:
+    """Byte-level windows from a user's file: the first 90% for training, the last 10% held out."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"data.path: no such file: {file}")
+    raw = np.frombuffer(file.read_bytes(), dtype=np.uint8).astype(np.int64)
+    need = 2 * (seq_len + 2)
+    if raw.size < need:
+        raise ValueError(f"data.path: {file} has {raw.size} bytes; need at least {need} for data.seq_len={seq_len}")
+    cut = min(max(int(raw.size * 0.9), seq_len + 2), raw.size - (seq_len + 2))
+    train_raw, eval_raw = raw[:cut], raw[cut:]
+    rng = np.random.default_rng(seed)
+
+    def windows(arr, n):
+        starts = rng.integers(0, arr.size - seq_len, size=n)
+        return torch.from_numpy(np.stack([arr[s : s + seq_len + 1] for s in starts]))
+
+    return Split(windows(train_raw, n_train)), Split(windows(eval_raw, n_eval))
+
+
+@dataclass
+class Dataset:
+    train: Split
+    eval: Split
+    vocab_size: int
+    floor: float  # mean exact NLL of the held-out targets; nan when unknown
+    source: MarkovSource | None = None
+    _perm: tuple | None = None  # (key, permutation) of the current epoch
+
+    def batch(self, step: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
+        """The training batch of a step: a pure function of (seed, step), so a resumed run sees the
+        same data as an unbroken one. Each epoch is a fresh permutation; ranks take disjoint slices."""
+        n = self.train.tokens.size(0)
+        global_bs = batch_size * world_size
+        per_epoch = max(1, n // global_bs)
+        epoch, slot = divmod(step, per_epoch)
+        if self._perm is None or self._perm[0] != (seed, epoch):
+            gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+            self._perm = ((seed, epoch), torch.randperm(n, generator=gen))
+        perm = self._perm[1]
+        start = slot * global_bs + rank * batch_size
+        rows = self.train.tokens[perm[start : start + batch_size]]
+        return rows[:, :-1], rows[:, 1:]
+
+
+def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
+    """cfg is the `data` config group."""
+    if cfg.name == "markov":
+        source = MarkovSource(cfg.vocab_size, cfg.order, cfg.branching, cfg.concentration, cfg.table_seed)
+        train = source.sample(cfg.train_sequences, seq_len, seed=seed * 2 + 1)
+        held_out = source.sample(cfg.eval_sequences, seq_len, seed=10_007 + cfg.table_seed)  # same for every seed
+        return Dataset(train, held_out, cfg.vocab_size, float(held_out.true_nll.mean()), source)
+    if cfg.name == "text":
+        train, held_out = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)
+        return Dataset(train, held_out, 256, math.nan)
+    raise ValueError(f"data must be markov or text; got {cfg.name!r}")

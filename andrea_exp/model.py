@@ -1,0 +1,180 @@
+"""ANDREA: a pre-LayerNorm decoder with learned positions and a switchable attention pipeline.
+
+The query/key width per head (d_k) is independent of d_model and of the value width d_v, so a
+sweep over d_k changes nothing else in the model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from andrea_exp.attention import (
+    explicit_attention,
+    fused_attention,
+    normalize_mask_fill,
+    prefer_fused,
+    scale_factor,
+)
+
+QK_INITS = ("unit", "gpt2", "torch")
+ATTN_IMPLS = ("auto", "explicit", "fused")
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 64
+    block_size: int = 128
+    d_model: int = 128
+    n_layer: int = 2
+    n_head: int = 4
+    d_k: int = 32
+    d_v: int = 32
+    scale: str | bool = "sqrt"
+    causal: bool = True
+    mask_fill: float | str = "-inf"
+    qk_init: str = "unit"
+    qk_layernorm: bool = False
+    attn_impl: str = "auto"
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention. `self.stages`, when set to a dict, forces the explicit path and
+    receives each layer's scores and pattern (see attention.explicit_attention)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.d_k, self.d_v = cfg.n_head, cfg.d_k, cfg.d_v
+        self.q = nn.Linear(cfg.d_model, cfg.n_head * cfg.d_k, bias=False)
+        self.k = nn.Linear(cfg.d_model, cfg.n_head * cfg.d_k, bias=False)
+        self.v = nn.Linear(cfg.d_model, cfg.n_head * cfg.d_v, bias=False)
+        self.o = nn.Linear(cfg.n_head * cfg.d_v, cfg.d_model, bias=False)
+        self.q_norm = nn.LayerNorm(cfg.d_k) if cfg.qk_layernorm else nn.Identity()
+        self.k_norm = nn.LayerNorm(cfg.d_k) if cfg.qk_layernorm else nn.Identity()
+        self.scale = scale_factor(cfg.scale, cfg.d_k)
+        self.causal = bool(cfg.causal)
+        self.mask_fill = normalize_mask_fill(cfg.mask_fill)
+        fused_ok = prefer_fused(cfg.d_k, cfg.d_v, self.mask_fill)
+        self.use_fused = cfg.attn_impl == "fused" or (cfg.attn_impl == "auto" and fused_ok)
+        self.stages: dict | None = None
+
+    def forward(self, x, causal: bool | None = None):
+        B, T, _ = x.shape
+        causal = self.causal if causal is None else causal
+        q = self.q_norm(self.q(x).view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
+        k = self.k_norm(self.k(x).view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
+        v = self.v(x).view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
+        if self.use_fused and self.stages is None:
+            out = fused_attention(q, k, v, scale=self.scale, causal=causal)  # (B, H, T, d_v)
+        else:
+            if self.stages is not None:
+                self.stages["q"], self.stages["k"] = q, k
+            out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
+                                        stages=self.stages)  # (B, H, T, d_v)
+        out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
+        return self.o(out)  # (B, T, d_model)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.mlp_ratio * cfg.d_model)
+        self.proj = nn.Linear(cfg.mlp_ratio * cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, causal=None):
+        x = x + self.drop(self.attn(self.ln_1(x), causal=causal))
+        return x + self.drop(self.mlp(self.ln_2(x)))
+
+
+class Andrea(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+        self.apply(self._init_gpt2)
+        residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)  # GPT-2: residual projections shrink with depth
+        for block in self.blocks:
+            nn.init.normal_(block.attn.o.weight, std=residual_std)
+            nn.init.normal_(block.mlp.proj.weight, std=residual_std)
+            self._init_qk(block.attn, cfg.qk_init, cfg.d_model)
+
+    @staticmethod
+    def _init_gpt2(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    @staticmethod
+    def _init_qk(attn: Attention, qk_init: str, d_model: int):
+        if qk_init == "unit":
+            # Inputs come out of a LayerNorm with unit-variance components, so std 1/sqrt(d_model)
+            # gives q and k components of unit variance: the premise of "dot products grow like sqrt(d_k)".
+            for lin in (attn.q, attn.k):
+                nn.init.normal_(lin.weight, std=1.0 / math.sqrt(d_model))
+        elif qk_init == "torch":
+            for lin in (attn.q, attn.k):
+                lin.reset_parameters()
+        elif qk_init != "gpt2":
+            raise ValueError(f"model.qk_init must be one of {', '.join(QK_INITS)}; got {qk_init!r}")
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.pos_emb.weight.numel() if non_embedding else n
+
+    def forward(self, idx, targets=None, causal: bool | None = None):
+        """idx: (B, T) token ids. Returns logits (B, T, V) and, given targets, the mean cross-entropy.
+
+        `causal` overrides the model's own mask setting for this call (used by evaluation).
+        """
+        B, T = idx.shape
+        pos = torch.arange(T, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, d_model)
+        for block in self.blocks:
+            x = block(x, causal=causal)
+        logits = self.head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    def set_capture(self, on: bool) -> list[dict]:
+        """Switch every layer to the explicit path and return the per-layer stage dicts (or clear them)."""
+        captured = []
+        for block in self.blocks:
+            block.attn.stages = {} if on else None
+            captured.append(block.attn.stages)
+        return captured
+
+    def param_groups(self, weight_decay: float):
+        """AdamW groups: decay matrices, not biases, norms or embeddings' position table."""
+        decay, no_decay = [], []
+        for p in {id(p): p for p in self.parameters() if p.requires_grad}.values():
+            (decay if p.dim() >= 2 else no_decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
