@@ -178,7 +178,6 @@ def train(cfg, run_dir: Path) -> dict:
     tokens_per_step = tc.batch_size * cfg.data.seq_len
     best_eval = state["extra"].get("best_eval", math.inf) if state is not None else math.inf
     last: dict = {}
-    status, error = "finished", None
     window: list[tuple[int, torch.Tensor, torch.Tensor, float]] = []
     window_start, excluded = time.perf_counter(), 0.0
     step = start_step
