@@ -39,9 +39,6 @@ class MarkovSource:
         self.probs = np.clip(self.probs, 1e-6, None)
         self.probs /= self.probs.sum(axis=1, keepdims=True)
         self._cum = np.cumsum(self.probs, axis=1)
-        # dense log-probability table for exact NLL lookup: (n_ctx, V)
-        self.log_table = np.full((n_ctx, vocab_size), -np.inf)
-        np.put_along_axis(self.log_table, self.successors, np.log(self.probs), axis=1)
 
     def _context(self, seq: np.ndarray, t: int) -> np.ndarray:
         """Context index of the `order` tokens before position t, for every row of seq."""
@@ -73,7 +70,11 @@ class MarkovSource:
         out = np.zeros(s.shape, dtype=np.float64)
         out[:, : self.order] = math.log(self.vocab_size)
         for t in range(self.order, s.shape[1]):
-            out[:, t] = -self.log_table[self._context(s, t), s[:, t]]
+            ctx = self._context(s, t)
+            hit = self.successors[ctx] == s[:, t, None]  # (N, branching): where the token sits among successors
+            prob = np.where(hit, self.probs[ctx], 0.0).sum(axis=1)
+            with np.errstate(divide="ignore"):
+                out[:, t] = -np.log(prob)  # inf for a transition the table forbids
         return torch.from_numpy(out[:, 1:])
 
 
@@ -106,6 +107,12 @@ class Dataset:
     source: MarkovSource | None = None
     _perm: tuple | None = None  # (key, permutation) of the current epoch
 
+    def to(self, device) -> Dataset:
+        """Keep the token tables on the training device so a batch costs no host-to-device copy."""
+        self.train.tokens = self.train.tokens.to(device)
+        self.eval.tokens = self.eval.tokens.to(device)
+        return self
+
     def batch(self, step: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
         """The training batch of a step: a pure function of (seed, step), so a resumed run sees the
         same data as an unbroken one. Each epoch is a fresh permutation; ranks take disjoint slices."""
@@ -115,7 +122,7 @@ class Dataset:
         epoch, slot = divmod(step, per_epoch)
         if self._perm is None or self._perm[0] != (seed, epoch):
             gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-            self._perm = ((seed, epoch), torch.randperm(n, generator=gen))
+            self._perm = ((seed, epoch), torch.randperm(n, generator=gen).to(self.train.tokens.device))
         perm = self._perm[1]
         start = slot * global_bs + rank * batch_size
         rows = self.train.tokens[perm[start : start + batch_size]]

@@ -135,7 +135,7 @@ def train(cfg, run_dir: Path) -> dict:
     rt = setup_runtime(cfg)
     tc = cfg.train
     torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
+    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
     model = build_model(cfg, data.vocab_size).to(rt.device)
     if rt.is_main:
         print(f"[andrea-exp] model {cfg.model.name}: {model.num_params() / 1e6:.2f}M parameters "
@@ -164,7 +164,7 @@ def train(cfg, run_dir: Path) -> dict:
         ids = [rt.device.index] if rt.device.type == "cuda" else None
         train_model = torch.nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
 
-    held_out = data.eval.tokens.to(rt.device)
+    held_out = data.eval.tokens
     probe = None
     if cfg.probe.every > 0 and rt.is_main:
         from andrea_exp.probe import Probe
@@ -241,7 +241,6 @@ def train(cfg, run_dir: Path) -> dict:
                 if probe is not None and cfg.probe.maps_every and step % cfg.probe.maps_every == 0:
                     tracker.log_images(timed_aside(lambda: probe.draw_maps(step)), step)
                 x, y = data.batch(step, local_bs, cfg.seed, rt.rank, rt.world_size)
-                x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
                 with rt.autocast():
                     _, loss = train_model(x, y)
                 loss.backward()
