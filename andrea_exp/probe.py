@@ -1,0 +1,142 @@
+"""An instrumented forward and backward pass on a fixed held-out batch.
+
+Every `probe.every` steps the train loop asks for `Probe.measure(step)`: the explicit attention path
+runs on the probe batch in float32, and the result is softmax peakiness per layer (and head),
+pre-softmax score statistics, q/k spread, and gradient norms, including d loss / d scores, the
+gradient that passes through softmax.
+
+A probe never changes training: gradients come from torch.autograd.grad (parameters' .grad fields
+are untouched), no optimiser step runs, random streams are forked and restored, train/eval mode is
+restored, and capture is switched off even when something fails. All metric tensors are gathered
+into one tensor and copied to the host once per probe.
+
+Averaging (all plain means, every row weighted equally):
+- a head's entropy / max_prob / saturated_frac is the mean over the batch and query rows;
+  entropy_norm skips rows with one visible key (log 1 = 0);
+- a head's score_std / score_max are the std / max over all its visible (unmasked) entries;
+- `attn/L{li}/<stat>` is the mean over the layer's heads; `attn/<stat>` the mean over layers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from andrea_exp.maps import save_attention_maps
+from andrea_exp.metrics import component_std, global_norm, head_attention_stats
+
+ATTN_STATS = ("entropy", "entropy_norm", "max_prob", "saturated_frac", "score_std", "score_max")
+
+
+class Probe:
+    def __init__(self, model, tokens: torch.Tensor, probe_cfg, run_dir: Path):
+        """model: the raw (uncompiled, unwrapped) Andrea; tokens: (B, T+1) held-out batch on its device."""
+        if tokens.dim() != 2 or tokens.size(1) < 2:
+            raise ValueError(f"probe tokens must have shape (B, T+1) with T >= 1; got {tuple(tokens.shape)}")
+        maps_heads = int(probe_cfg.get("maps_heads", 4))
+        if maps_heads < 1:
+            raise ValueError(f"probe.maps_heads must be an integer >= 1; got {maps_heads!r}")
+        per_head = probe_cfg.get("per_head", False)
+        if per_head not in (True, False):
+            raise ValueError(f"probe.per_head must be one of true, false; got {per_head!r}")
+        self.model = model
+        self.tokens = tokens
+        self.per_head = bool(per_head)
+        self.maps_heads = maps_heads
+        self.map_dir = Path(run_dir) / "attention_maps"
+        self.n_layer = len(model.blocks)
+
+    @contextlib.contextmanager
+    def _instrumented(self):
+        """Eval mode (dropout off), forked RNG, capture on; everything restored on exit, error or not."""
+        model = self.model
+        device = self.tokens.device
+        was_training = model.training
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # the CPU stream always, the probe's GPU when on one
+            try:
+                model.eval()
+                yield model.set_capture(True)
+            finally:
+                model.set_capture(False)
+                model.train(was_training)
+
+    def _param_groups(self) -> dict[str, list[torch.Tensor]]:
+        """Metric name -> the parameters whose joint gradient norm it reports."""
+        m = self.model
+        groups: dict[str, list[torch.Tensor]] = {}
+        for li, block in enumerate(m.blocks):
+            attn = block.attn
+            groups[f"grad/L{li}/q"] = [*attn.q.parameters(), *attn.q_norm.parameters()]
+            groups[f"grad/L{li}/k"] = [*attn.k.parameters(), *attn.k_norm.parameters()]
+            groups[f"grad/L{li}/v"] = list(attn.v.parameters())
+            groups[f"grad/L{li}/o"] = list(attn.o.parameters())
+            groups[f"grad/L{li}/mlp"] = list(block.mlp.parameters())
+        groups["grad/embed"] = [m.tok_emb.weight, m.pos_emb.weight]
+        # With tied embeddings (the default) head.weight IS tok_emb.weight: one tensor whose gradient
+        # sums the input and output uses, so grad/head reports that same tied gradient.
+        groups["grad/head"] = [m.head.weight]
+        return groups
+
+    def measure(self, step: int) -> dict:
+        """Metrics of the probe batch at this step (see the module docstring for the averaging)."""
+        x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
+        groups = self._param_groups()
+        params = list({id(p): p for ps in groups.values() for p in ps}.values())
+        names: list[str] = []
+        values: list[torch.Tensor] = []
+
+        def put(name: str, value: torch.Tensor) -> None:
+            names.append(name)
+            values.append(value.detach().float().reshape(()))
+
+        with self._instrumented() as stages, torch.enable_grad(), \
+                torch.autocast(device_type=self.tokens.device.type, enabled=False):
+            _, loss = self.model(x, y)
+            scores = [s["scores"] for s in stages]  # each (B, H, T, T)
+            grads = torch.autograd.grad(loss, scores + params, allow_unused=True)
+            score_grads, param_grads = grads[: len(scores)], grads[len(scores):]
+            grad_of = {id(p): g for p, g in zip(params, param_grads)}
+
+            put("probe/loss", loss)
+            per_layer = {name: [] for name in ATTN_STATS}
+            q_stds, k_stds, score_grad_norms = [], [], []
+            for li, (block, stage) in enumerate(zip(self.model.blocks, stages)):
+                heads = head_attention_stats(stage["scores"], stage["pattern"], block.attn.causal)  # each (H,)
+                for name, head_values in heads.items():
+                    layer_value = head_values.mean()
+                    per_layer[name].append(layer_value)
+                    put(f"attn/L{li}/{name}", layer_value)
+                    if self.per_head:
+                        for h, v in enumerate(head_values):
+                            put(f"attn/L{li}/H{h}/{name}", v)
+                q_stds.append(component_std(stage["q"]))  # all heads' components pooled
+                k_stds.append(component_std(stage["k"]))
+                put(f"attn/L{li}/q_std", q_stds[-1])
+                put(f"attn/L{li}/k_std", k_stds[-1])
+                score_grad_norms.append(global_norm([score_grads[li]]))
+                put(f"grad/L{li}/scores", score_grad_norms[-1])
+            for name, layer_values in per_layer.items():
+                put(f"attn/{name}", torch.stack(layer_values).mean())
+            put("attn/q_std", torch.stack(q_stds).mean())
+            put("attn/k_std", torch.stack(k_stds).mean())
+            put("grad/scores", torch.stack(score_grad_norms).norm())  # global L2 over layers
+            for name, ps in groups.items():
+                put(name, global_norm([grad_of[id(p)] for p in ps]))
+
+        host = torch.stack(values).cpu().tolist()  # the probe's one host sync
+        return dict(zip(names, host))
+
+    @torch.no_grad()
+    def draw_maps(self, step: int) -> dict[str, Path]:
+        """PNG attention maps of the first probe sequence: a few heads of layer 0 and of the last layer."""
+        with self._instrumented() as stages, torch.autocast(device_type=self.tokens.device.type, enabled=False):
+            self.model(self.tokens[:1, :-1])
+            patterns = {li: stages[li]["pattern"][0, : self.maps_heads] for li in sorted({0, self.n_layer - 1})}
+        written = {}
+        for li, pattern in patterns.items():  # pattern: (heads, T, T)
+            path = self.map_dir / f"step{step:07d}_L{li}.png"
+            written[f"attn_map/L{li}"] = save_attention_maps(pattern, path, f"layer {li}, step {step}")
+        return written
