@@ -33,12 +33,25 @@ class MarkovSource:
         rng = np.random.default_rng(table_seed)
         n_ctx = vocab_size ** order
         branching = min(branching, vocab_size)
-        # successors[c] lists the tokens that may follow context c; probs[c] their probabilities
-        self.successors = np.stack([rng.choice(vocab_size, size=branching, replace=False) for _ in range(n_ctx)])
+        # successors[c] lists the distinct tokens that may follow context c; probs[c] their probabilities
+        self.successors = self._distinct_successors(rng, n_ctx, vocab_size, branching)
         self.probs = rng.dirichlet(np.full(branching, concentration), size=n_ctx)
         self.probs = np.clip(self.probs, 1e-6, None)
         self.probs /= self.probs.sum(axis=1, keepdims=True)
         self._cum = np.cumsum(self.probs, axis=1)
+
+    @staticmethod
+    def _distinct_successors(rng, n_ctx: int, vocab_size: int, branching: int) -> np.ndarray:
+        """(n_ctx, branching) distinct tokens per row, in O(n_ctx * branching) for large vocabularies."""
+        if 2 * branching > vocab_size:
+            return np.argsort(rng.random((n_ctx, vocab_size)), axis=1)[:, :branching]
+        succ = rng.integers(0, vocab_size, size=(n_ctx, branching))
+        while True:  # redraw the rare rows with a repeated token
+            ordered = np.sort(succ, axis=1)
+            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+            if not repeated.any():
+                return succ
+            succ[repeated] = rng.integers(0, vocab_size, size=(int(repeated.sum()), branching))
 
     def _context(self, seq: np.ndarray, t: int) -> np.ndarray:
         """Context index of the `order` tokens before position t, for every row of seq."""
