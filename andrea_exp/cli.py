@@ -11,9 +11,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from andrea_exp import sweep
+from andrea_exp import devices, sweep, tracking
 from andrea_exp.config import ConfigError, validate
 from andrea_exp.tracking import write_summary
+
+devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
 
 
 def _fmt(value, spec=".4f") -> str:
@@ -43,11 +45,19 @@ def run_job(cfg: DictConfig) -> dict:
         if in_sweep:
             return {"run/status": "failed"}
         sys.exit(2)
+    if in_sweep and "joblib" in str(hydra_cfg.launcher.get("_target_", "")):
+        device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
+        if device is not None:
+            cfg.train.device = device
     from andrea_exp.train import train  # torch import kept out of config errors' path
 
     try:
         summary = train(cfg, run_dir)
     except Exception as err:
+        tracking.finish_open_runs(failed=True)  # never let this job's W&B run leak into the next job
+        if _summary_status(run_dir) != "failed":  # keep the tracker's fuller failure summary when it wrote one
+            write_summary(run_dir, {"run/status": "failed", "run/error": f"{type(err).__name__}: {err}",
+                                    "run/steps": 0}, cfg)
         if not in_sweep:
             raise
         print(f"error: cell {hydra_cfg.job.num} failed: {type(err).__name__}: {err}", file=sys.stderr)
@@ -55,6 +65,15 @@ def run_job(cfg: DictConfig) -> dict:
     if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
         print_run_summary(summary, run_dir)
     return summary
+
+
+def _summary_status(run_dir: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("run/status")
+    except (OSError, ValueError):
+        return None
 
 
 def _is_rank_zero() -> bool:
