@@ -1,0 +1,97 @@
+"""A W&B workspace for one sweep: loss by d_k / scale / mask, attention peakiness, the train-inference gap.
+
+    python -m andrea_exp.workspace --entity E --project P --group G [--save]
+
+Without --save it prints what it would build (no login needed). The group is the sweep's W&B group:
+the sweep directory's last two parts joined by "-" (e.g. claims_grid-2026-05-01_12-00-00), or logger.group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+AXES = {"d_k": "model.d_k", "scale": "model.scale", "mask": "model.causal"}
+STEP = "train/step"  # every chart shares the training step (tracking.py defines it as the step metric)
+ATTENTION_KEYS = ("attn/entropy", "attn/entropy_norm", "attn/max_prob", "attn/saturated_frac", "attn/score_std",
+                  "attn/score_max")
+GRADIENT_KEYS = ("grad/norm", "grad/scores")
+TARGET = "eval/loss_as_trained"
+
+
+def _line(wr, key: str, *, groupby: str | None = None, title: str | None = None, log_y: bool = False):
+    extra = {"groupby": wr.Config(groupby), "groupby_aggfunc": "mean", "groupby_rangefunc": "minmax"} if groupby else {}
+    return wr.LinePlot(title=title or key, x=STEP, y=[key], log_y=log_y or None, **extra)
+
+
+def build_workspace(entity: str, project: str, group: str, name: str | None = None):
+    """The workspace object for one sweep; nothing is sent until .save()."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    loss_grouped = [_line(wr, "train/loss", groupby=key, title=f"train/loss by {label}")
+                    for label, key in AXES.items()]
+    loss_grouped += [_line(wr, TARGET, groupby=key, title=f"{TARGET} by {label}") for label, key in AXES.items()]
+    sections = [
+        ws.Section(name="Loss by d_k, scale and mask", panels=loss_grouped, is_open=True),
+        ws.Section(name="Loss per cell", is_open=True, panels=[
+            _line(wr, "train/loss"), _line(wr, TARGET), _line(wr, "eval/loss_generation"),
+            _line(wr, "eval/floor"),
+        ]),
+        ws.Section(name="Attention over steps", is_open=True,
+                   panels=[_line(wr, key) for key in ATTENTION_KEYS]),
+        ws.Section(name="Gradients", is_open=False, panels=[_line(wr, key, log_y=True) for key in GRADIENT_KEYS]),
+        ws.Section(name="Train-inference gap", is_open=True, panels=[
+            wr.BarPlot(title="eval/gap per cell (final)", metrics=["eval/gap"], orientation="h"),
+            wr.BarPlot(title="eval/below_floor per cell (final)", metrics=["eval/below_floor"], orientation="h"),
+            _line(wr, "eval/gap"),
+        ]),
+        ws.Section(name="Axes -> loss", is_open=True, panels=[
+            wr.ParallelCoordinatesPlot(title=f"d_k, scale, mask -> {TARGET}", columns=[
+                *(wr.ParallelCoordinatesPlotColumn(metric=wr.Config(key), display_name=label)
+                  for label, key in AXES.items()),
+                wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(TARGET), display_name="loss as trained"),
+            ]),
+        ]),
+    ]
+    return ws.Workspace(
+        entity=entity, project=project, name=name or f"sweep {group}", sections=sections,
+        settings=ws.WorkspaceSettings(x_axis=STEP, max_runs=100),
+        runset_settings=ws.RunsetSettings(filters=[ws.Metric("Group") == group]),
+    )
+
+
+def describe(workspace) -> str:
+    """Sections and the keys of each panel, one line each."""
+    lines = [f"workspace {workspace.name!r} for {workspace.entity}/{workspace.project}"]
+    for section in workspace.sections:
+        lines.append(f"  [{section.name}]")
+        for panel in section.panels:
+            lines.append(f"    {type(panel).__name__}: {panel.title}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m andrea_exp.workspace", description=__doc__.splitlines()[0])
+    parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
+    parser.add_argument("--project", required=True, help="W&B project (logger.project)")
+    parser.add_argument("--group", required=True, help="the sweep's W&B group")
+    parser.add_argument("--name", default=None, help="workspace name (default: 'sweep GROUP')")
+    parser.add_argument("--save", action="store_true", help="save it to W&B (needs a login); prints the URL")
+    args = parser.parse_args(argv)
+    workspace = build_workspace(args.entity, args.project, args.group, args.name)
+    print(describe(workspace))
+    if not args.save:
+        print("(not saved: add --save to create it in W&B)")
+        return 0
+    try:
+        workspace.save()
+    except Exception as err:
+        print(f"error: could not save the workspace: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(workspace.url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
