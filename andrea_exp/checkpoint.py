@@ -1,4 +1,10 @@
-"""Atomic checkpoints that hold no code: tensors and plain values only, loaded with weights_only=True."""
+"""Atomic checkpoints that hold no code: tensors and plain values only, loaded with weights_only=True.
+
+A checkpoint at step S holds the state after S optimiser updates, plus what the loop needs to carry on
+as if it had never stopped: the random streams, the divergence watch, the best evaluation so far, and
+the records already logged at step S (the evaluation that runs just before the save), which the
+resumed run writes back because metrics.jsonl is cut at step S.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from andrea_exp.config import ConfigError
+
 LATEST = "latest.pt"
 
 
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be read or does not fit this run; the message is one line."""
+
+
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
-             "python_version": random.getstate()[0], "python_gauss": random.getstate()[2]}
+    version, mt_words, gauss_next = random.getstate()
+    state = {"torch": torch.get_rng_state(), "python": list(mt_words), "python_version": version,
+             "python_gauss": gauss_next}
     np_state = np.random.get_state()
+    # numpy's MT19937 keys as an int64 tensor: plain data, so weights_only loading accepts it
     state["numpy"] = {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
                       "has_gauss": int(np_state[3]), "gauss": float(np_state[4])}
     if torch.cuda.is_available():
@@ -33,22 +47,64 @@ def set_rng_state(state: dict) -> None:
 
 
 def save(directory: Path, *, step: int, model, optimizer, scheduler, extra: dict) -> Path:
-    """Write checkpoints/latest.pt atomically: temporary file, flush, fsync, rename."""
+    """Write checkpoints/latest.pt atomically: temporary file, flush, fsync, rename. A kill or a full
+    disk during the write leaves the previous checkpoint in place."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                "scheduler": scheduler.state_dict(), "rng": rng_state(), "extra": extra}
     target = directory / LATEST
     tmp = directory / (LATEST + ".tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # don't leave a partial file filling the disk
+        raise
     os.replace(tmp, target)
+    _fsync_dir(directory)  # make the rename itself durable
     return target
 
 
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not sync directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
 def load(directory: Path, map_location="cpu") -> dict | None:
+    """The latest checkpoint in `directory`, or None when there is none."""
     target = directory / LATEST
     if not target.exists():
         return None
-    return torch.load(target, map_location=map_location, weights_only=True)
+    try:
+        return torch.load(target, map_location=map_location, weights_only=True)
+    except Exception as err:  # a truncated file, or one holding code (refused by weights_only)
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"train.resume: cannot read the checkpoint {target} ({detail}); "
+                              "delete it to start the run afresh") from None
+
+
+def restore(state: dict, *, model, optimizer, scheduler, max_steps: int, path: Path) -> None:
+    """Load model, optimiser and schedule from `state`; refuse a checkpoint that does not fit this run."""
+    saved_max = state["extra"].get("max_steps")
+    if saved_max is not None and saved_max != max_steps:
+        raise CheckpointError(f"train.max_steps must equal the checkpoint's ({saved_max}) to resume {path}: "
+                              f"the learning-rate schedule depends on it; got {max_steps}")
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        raise CheckpointError(f"train.resume: the checkpoint {path} holds a different model than model.* "
+                              f"describes ({first[1].strip() if len(first) > 1 else first[0]}); resume with "
+                              "the run's own settings (see its .hydra/overrides.yaml)") from None
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])

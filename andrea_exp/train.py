@@ -103,6 +103,12 @@ class DivergenceWatch:
         self.initial: float | None = None
         self.streak = 0
 
+    def state(self) -> dict:
+        return {"initial_loss": self.initial, "diverge_streak": self.streak}
+
+    def load_state(self, state: dict) -> None:
+        self.initial, self.streak = state.get("initial_loss"), state.get("diverge_streak", 0)
+
     def check(self, step: int, loss: float, gnorm: float) -> None:
         if not (math.isfinite(loss) and math.isfinite(gnorm)):
             raise Diverged(f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {step}")
@@ -112,6 +118,17 @@ class DivergenceWatch:
         if self.streak >= self.patience:
             raise Diverged(f"loss {loss:.3g} above {self.factor:g} x initial {self.initial:.3g} for "
                            f"{self.patience} steps at step {step}")
+
+
+def _plain(metrics: dict) -> dict:
+    """Numbers and strings only, so a checkpoint stays loadable with weights_only=True."""
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[key] = value
+    return out
 
 
 def _all_reduce_mean(t: torch.Tensor, rt: Runtime) -> torch.Tensor:
@@ -151,11 +168,14 @@ def train(cfg, run_dir: Path) -> dict:
     start_step = 0
     state = checkpoint.load(ckpt_dir) if tc.resume else None
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        checkpoint.set_rng_state(state["rng"])
+        checkpoint.restore(state, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=tc.max_steps,
+                           path=ckpt_dir / checkpoint.LATEST)
         start_step = state["step"]
+        if rt.is_main:
+            print(f"[andrea-exp] resuming {run_dir} from step {start_step}", flush=True)
+    elif tc.resume and rt.is_main:
+        print(f"[andrea-exp] train.resume=true but {ckpt_dir} holds no checkpoint; starting from step 0 "
+              "(resume needs the run's own hydra.run.dir)", flush=True)
     resume_step = start_step if state is not None else None
     tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=resume_step)
 
@@ -174,10 +194,11 @@ def train(cfg, run_dir: Path) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     watch = DivergenceWatch(tc.diverge_factor, tc.diverge_patience)
     if state is not None:
-        watch.initial = state["extra"].get("initial_loss")
+        watch.load_state(state["extra"])
     tokens_per_step = tc.batch_size * cfg.data.seq_len
     best_eval = state["extra"].get("best_eval", math.inf) if state is not None else math.inf
-    last: dict = {}
+    last: dict = dict(state["extra"].get("last", {})) if state is not None else {}
+    at_step: dict = {"step": None, "records": []}  # records logged at the latest step, for the checkpoint
     window: list[tuple[int, torch.Tensor, torch.Tensor, float]] = []
     window_start, excluded = time.perf_counter(), 0.0
     step = start_step
@@ -187,6 +208,9 @@ def train(cfg, run_dir: Path) -> dict:
     def log(metrics: dict, at: int) -> None:
         last.update(metrics)
         tracker.log(metrics, at)
+        if at_step["step"] != at:
+            at_step["step"], at_step["records"] = at, []
+        at_step["records"].append(metrics)
 
     def flush_window() -> None:
         """One host sync per window: log each recorded step and check for divergence."""
@@ -227,8 +251,18 @@ def train(cfg, run_dir: Path) -> dict:
 
     def save_checkpoint(at: int) -> None:
         if rt.is_main:
-            checkpoint.save(ckpt_dir, step=at, model=model, optimizer=optimizer, scheduler=scheduler,
-                            extra={"initial_loss": watch.initial, "best_eval": best_eval})
+            # records already logged at this step (the evaluation before the save): metrics.jsonl is cut at
+            # `at` on resume, and the resumed loop does not log them again
+            logged_here = at_step["records"] if at_step["step"] == at else []
+            extra = {**watch.state(), "best_eval": best_eval, "max_steps": tc.max_steps,
+                     "last": _plain(last), "records_at_step": [_plain(r) for r in logged_here]}
+            checkpoint.save(ckpt_dir, step=at, model=model, optimizer=optimizer, scheduler=scheduler, extra=extra)
+
+    if state is not None and start_step < tc.max_steps:
+        for record in state["extra"].get("records_at_step", []):
+            log(record, start_step)
+    if state is not None:
+        checkpoint.set_rng_state(state["rng"])  # last, after every set-up step that might draw numbers
 
     def loop() -> dict:
         nonlocal step
@@ -254,11 +288,14 @@ def train(cfg, run_dir: Path) -> dict:
                 window.append((step, _all_reduce_mean(loss.detach(), rt), gn.detach(), lr))
                 step += 1
                 bar.update(1)
-                if len(window) >= tc.log_every or step == tc.max_steps:
+                eval_due = tc.eval_every and step % tc.eval_every == 0 and step < tc.max_steps
+                ckpt_due = tc.ckpt_every and step % tc.ckpt_every == 0 and step < tc.max_steps
+                # a checkpoint at step S must follow every record of steps < S and the divergence checks
+                if len(window) >= tc.log_every or step == tc.max_steps or eval_due or ckpt_due:
                     flush_window()
-                if tc.eval_every and step % tc.eval_every == 0 and step < tc.max_steps:
+                if eval_due:
                     timed_aside(lambda: run_eval(step))
-                if tc.ckpt_every and step % tc.ckpt_every == 0 and step < tc.max_steps:
+                if ckpt_due:
                     timed_aside(lambda: save_checkpoint(step))
         except Diverged as why:
             status, error = "diverged", str(why)
