@@ -1,0 +1,76 @@
+"""Learning-rate sensitivity per cell (Wortsman et al. 2023, "Small-scale proxies for large-scale
+Transformer training instabilities"): E over the LR range of [min(l(eta), l_0) - l*].
+
+Cells are grouped by every axis except train.lr; each seed gives one sensitivity over the LRs it ran,
+and the report shows their mean and spread. A diverged or failed run counts at l_0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from andrea_exp import figures
+from andrea_exp.report_claims import final_loss, md_table
+from andrea_exp.report_rules import lr_sensitivity
+from andrea_exp.report_runs import Cell, Stat, short, sort_key, stat
+
+
+@dataclass
+class LRCurve:
+    context: str
+    lrs: list[float]
+    loss_by_lr: dict  # lr -> Stat of the final loss (diverged runs at l_0)
+    sensitivity: Stat
+    initial: Stat
+    diverged: int
+
+
+def lr_curves(cells: list[Cell]) -> list[LRCurve]:
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        ctx = " ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != "train.lr") or "all"
+        groups.setdefault(ctx, []).append(cell)
+    curves = []
+    for ctx, group in groups.items():
+        runs = [run for cell in group for run in cell.runs]
+        lrs = sorted({float(run.config["train.lr"]) for run in runs if run.config.get("train.lr") is not None})
+        if len(lrs) < 2:
+            continue
+        initial = stat(run.initial_loss() for run in runs)
+        l0 = initial.mean
+        per_seed: dict = {}
+        for run in runs:
+            loss = final_loss(run)
+            per_seed.setdefault(run.seed, {})[float(run.config["train.lr"])] = loss
+        loss_by_lr = {lr: stat(min(v[lr], l0) if v.get(lr) is not None and math.isfinite(v[lr]) else l0
+                                for v in per_seed.values() if lr in v) for lr in lrs}
+        sens = stat(lr_sensitivity(v, l0) for v in per_seed.values() if len(v) >= 2)
+        diverged = sum(run.status != "finished" for run in runs)
+        curves.append(LRCurve(ctx, lrs, loss_by_lr, sens, initial, diverged))
+    return sorted(curves, key=lambda c: sort_key(c.context))
+
+
+def lr_section(cells: list[Cell], fig_path: Path) -> tuple[str, Path | None]:
+    """Markdown for the LR-sensitivity section and its figure (None when no cell swept train.lr)."""
+    curves = lr_curves(cells)
+    intro = ("## Beyond the chapter: learning-rate sensitivity\n\n"
+             "LR sensitivity (Wortsman et al. 2023) = mean over the swept LRs of [min(l(eta), l_0) - l*], with l(eta) "
+             "the final held-out loss at learning rate eta, l* the best of them, l_0 the step-0 training loss; "
+             "diverged runs count as l_0. Lower means the cell trains well over a wider LR range.\n\n")
+    if not curves:
+        return intro + ("**not measured**: no cell ran at two or more learning rates; run "
+                        "`andrea-exp -m experiment=lr_sensitivity` and pass its sweep directory.\n"), None
+    rows = [[c.context, ", ".join(f"{lr:g}" for lr in c.lrs), str(c.initial),
+             " / ".join(f"{c.loss_by_lr[lr].mean:.3f}" for lr in c.lrs), c.diverged, str(c.sensitivity)]
+            for c in curves]
+    table = md_table(["cell", "LRs", "l_0", "final loss per LR", "runs not finished", "LR sensitivity"], rows)
+    loss_series = {c.context: [(lr, c.loss_by_lr[lr].mean, c.loss_by_lr[lr].std) for lr in c.lrs] for c in curves}
+    sens_series = {"LR sensitivity": [(i + 1, c.sensitivity.mean, c.sensitivity.std) for i, c in enumerate(curves)]}
+    path = figures.line_panels(fig_path, [
+        {"title": "final loss against the learning rate (diverged = l_0)", "xlabel": "learning rate",
+         "ylabel": "final held-out loss", "series": loss_series, "logx": 10},
+        {"title": "LR sensitivity per cell (x: row of the table)", "xlabel": "cell", "ylabel": "sensitivity (nats)",
+         "series": sens_series}])
+    return intro + table + f"\n\n![LR sensitivity](figures/{path.name})\n", path

@@ -1,0 +1,220 @@
+"""Runs on disk -> Run objects, grouped into cells (one cell = one setting of the swept axes; seeds replicate).
+
+Reads only what the training loop writes: `.hydra/`, `metrics.jsonl`, `summary.json`. Nothing here
+needs W&B.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from andrea_exp.attention import normalize_scale
+
+# Settings that never define a cell: replicates, bookkeeping, where it ran.
+NOT_AN_AXIS_PREFIXES = ("seed", "name", "logger.", "hydra.", "train.progress", "train.device", "train.compile",
+                        "train.log_every", "train.ckpt_every", "train.resume", "probe.", "train.sample_tokens")
+# Axes shown first in labels and tried first when a verdict names its condition.
+PREFERRED_AXES = ("model.d_k", "model.scale", "model.causal", "model.qk_init", "model.qk_layernorm",
+                  "model.mask_fill", "train.lr", "model.name")
+SKIP_DIRS = {"wandb", "checkpoints", "attention_maps", ".hydra"}
+
+
+def parse_number(value):
+    """metrics.jsonl stores non-finite floats as strings; give them back as floats."""
+    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
+        return float(value)
+    return value
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def short(axis: str) -> str:
+    """model.d_k -> d_k, train.lr -> lr: the names a reader of the report knows."""
+    return axis.split(".", 1)[1] if axis.startswith(("model.", "train.")) else axis
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict  # flattened, resolved config
+    summary: dict
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return str(self.summary.get("run/status", "missing"))
+
+    @property
+    def seed(self):
+        return self.config.get("seed")
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one metric, in logged order."""
+        steps, values = [], []
+        for record in self.records:
+            if key in record and isinstance(record[key], (int, float)):
+                steps.append(record["step"])
+                values.append(float(record[key]))
+        return steps, values
+
+    def at_step(self, key: str, step: int) -> float | None:
+        for record in self.records:
+            if record.get("step") == step and isinstance(record.get(key), (int, float)):
+                return float(record[key])
+        return None
+
+    def last(self, key: str) -> float | None:
+        """The final value: from summary.json, else the last logged one."""
+        value = parse_number(self.summary.get(key))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        _, values = self.series(key)
+        return values[-1] if values else None
+
+    def probe_at_end(self, key: str) -> float | None:
+        """The probe value at the last step the probe ran."""
+        steps, values = self.series(key)
+        return values[-1] if values and steps[-1] > 0 else None
+
+    def initial_loss(self) -> float | None:
+        """l_0: the training loss at step 0, else the uniform guess log V."""
+        value = self.at_step("train/loss", 0)
+        if value is not None and math.isfinite(value):
+            return value
+        log_vocab = self.summary.get("data/log_vocab")
+        return float(log_vocab) if isinstance(log_vocab, (int, float)) else None
+
+
+def _read_config(run_dir: Path, summary: dict) -> dict:
+    if isinstance(summary.get("config"), dict):
+        tree = summary["config"]
+    else:
+        tree = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "config.yaml"), resolve=False)
+    flat = flatten(tree)
+    if "model.scale" in flat:
+        with contextlib.suppress(ValueError):  # a bad value stays as typed; the run itself reported it
+            flat["model.scale"] = normalize_scale(flat["model.scale"])
+    return flat
+
+
+def _read_records(path: Path) -> list[dict]:
+    records = []
+    if not path.exists():
+        return records
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        records.append({k: parse_number(v) for k, v in record.items()})
+    return records
+
+
+def load_run(run_dir: Path) -> Run:
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {"run/status": "missing"}
+    summary = {k: parse_number(v) for k, v in summary.items()}
+    return Run(run_dir, _read_config(run_dir, summary), summary, _read_records(run_dir / "metrics.jsonl"))
+
+
+def find_run_dirs(roots) -> list[Path]:
+    """Every directory under the roots with `.hydra/` and a summary or a metrics file (a run)."""
+    found = []
+    for root in map(Path, roots):
+        if not root.exists():
+            raise FileNotFoundError(f"no such directory: {root}")
+        for here, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            path = Path(here)
+            if (path / ".hydra").is_dir() and ("summary.json" in files or "metrics.jsonl" in files):
+                found.append(path)
+    return sorted(set(found))
+
+
+def load_runs(roots) -> list[Run]:
+    return [load_run(path) for path in find_run_dirs(roots)]
+
+
+def _is_axis(key: str) -> bool:
+    return not any(key == p or key.startswith(p) for p in NOT_AN_AXIS_PREFIXES)
+
+
+def varying_axes(runs: list[Run]) -> list[str]:
+    """Settings whose value differs between runs: the axes of the study, preferred ones first."""
+    keys = sorted({k for run in runs for k in run.config if _is_axis(k)})
+    varying = [k for k in keys if len({json.dumps(run.config.get(k), sort_keys=True) for run in runs}) > 1]
+    return [a for a in PREFERRED_AXES if a in varying] + [a for a in varying if a not in PREFERRED_AXES]
+
+
+@dataclass
+class Cell:
+    axes: dict  # axis -> value, over the study's varying axes
+    runs: list[Run]
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "(one cell)"
+
+    def get(self, key: str):
+        """A setting shared by the cell's runs (axes or not)."""
+        return self.axes.get(key, self.runs[0].config.get(key))
+
+    @property
+    def seeds(self) -> list:
+        return [run.seed for run in self.runs]
+
+
+def group_cells(runs: list[Run]) -> list[Cell]:
+    axes = varying_axes(runs)
+    cells: dict[str, Cell] = {}
+    for run in runs:
+        values = {a: run.config.get(a) for a in axes}
+        key = json.dumps(values, sort_keys=True, default=str)
+        cells.setdefault(key, Cell(values, [])).runs.append(run)
+    return sorted(cells.values(), key=lambda c: [sort_key(v) for v in c.axes.values()])
+
+
+def sort_key(value):
+    """Numbers in numeric order, then everything else as text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+@dataclass
+class Stat:
+    mean: float
+    std: float
+    n: int
+
+    def __str__(self) -> str:
+        if self.n == 0:
+            return "-"
+        return f"{self.mean:.4g} ± {self.std:.2g} (n={self.n})" if self.n > 1 else f"{self.mean:.4g} (n=1)"
+
+
+def stat(values) -> Stat:
+    """Mean and sample standard deviation of the finite values (n counts them)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    n = len(finite)
+    if n == 0:
+        return Stat(math.nan, math.nan, 0)
+    mean = sum(finite) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in finite) / (n - 1)) if n > 1 else 0.0
+    return Stat(mean, std, n)

@@ -1,0 +1,185 @@
+"""The report: verdict rules and LR sensitivity on hand-made numbers, reading runs from disk, and the
+whole pipeline on a real tiny CPU sweep (CLI -> run directories -> andrea-report -> report.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from andrea_exp import claims_static
+from andrea_exp.report import main as report_main
+from andrea_exp.report_lr import lr_curves
+from andrea_exp.report_rules import (
+    CONDITIONAL,
+    FAILS,
+    HOLDS,
+    NOT_MEASURED,
+    PARTLY,
+    VERDICTS,
+    Check,
+    lr_sensitivity,
+    verdict,
+)
+from andrea_exp.report_runs import group_cells, load_runs, stat
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------ LR sensitivity (Wortsman et al. 2023)
+def test_lr_sensitivity_by_hand():
+    # l* = 1.5; terms: min(2, 4) - 1.5 = 0.5, 0, diverged -> l_0 - 1.5 = 2.5; mean = 3.0 / 3
+    assert lr_sensitivity({1e-3: 2.0, 1e-2: 1.5, 1e-1: None}, initial_loss=4.0) == pytest.approx(1.0)
+    # a loss above l_0 is capped at l_0, and nan counts as diverged: l* = 1; terms 3, 0, 3 -> 2
+    assert lr_sensitivity({1: 5.0, 2: 1.0, 3: math.nan}, initial_loss=4.0) == pytest.approx(2.0)
+    assert lr_sensitivity({1: 3.0}, initial_loss=4.0) == 0.0
+    with pytest.raises(ValueError):
+        lr_sensitivity({}, initial_loss=4.0)
+
+
+# ------------------------------------------------------------------ verdict rules
+def test_verdict_all_none_and_empty():
+    ok = [Check({"d_k": 64}, True), Check({"d_k": 256}, True)]
+    bad = [Check({"d_k": 64}, False), Check({"d_k": 256}, False)]
+    assert verdict(ok).verdict == HOLDS
+    assert verdict(bad).verdict == FAILS
+    empty = verdict([], missing="run the claims grid")
+    assert (empty.verdict, empty.condition) == (NOT_MEASURED, "run the claims grid")
+
+
+def test_verdict_numeric_threshold_names_the_condition():
+    checks = [Check({"d_k": d, "when": w}, d >= 256) for d in (64, 256, 4096) for w in ("init", "end")]
+    v = verdict(checks)
+    assert v.verdict == CONDITIONAL
+    assert v.condition == "d_k >= 256"
+    below = verdict([Check({"lr": lr}, lr <= 1e-3) for lr in (1e-4, 1e-3, 1e-2)])
+    assert (below.verdict, below.condition) == (CONDITIONAL, "lr <= 0.001")
+
+
+def test_verdict_categorical_condition_and_parts():
+    checks = [Check({"premise": p, "d_k": d}, p == "unit-variance") for p in ("unit-variance", "unit-norm")
+              for d in (64, 4096)]
+    v = verdict(checks)
+    assert (v.verdict, v.condition) == (CONDITIONAL, "premise = 'unit-variance'")
+    parts = verdict([Check({"part": "shapes", "d_k": 64}, True), Check({"part": "stalls", "d_k": 64}, False)])
+    assert parts.verdict == PARTLY
+    assert parts.condition == "holds: shapes | does not hold: stalls"
+
+
+def test_verdict_without_a_separating_axis_counts_checks():
+    checks = [Check({"d_k": 64, "causal": True}, True), Check({"d_k": 64, "causal": False}, False),
+              Check({"d_k": 256, "causal": True}, False), Check({"d_k": 256, "causal": False}, True)]
+    v = verdict(checks)
+    assert v.verdict == PARTLY
+    assert v.condition.startswith("2 of 4 checks pass: d_k=64, causal=True; d_k=256, causal=False")
+
+
+def test_stat_mean_and_sample_std_skip_non_finite():
+    s = stat([1.0, 2.0, 3.0, math.nan, None, math.inf])
+    assert (s.mean, s.std, s.n) == (2.0, 1.0, 3)
+    assert stat([]).n == 0 and str(stat([])) == "-"
+    assert str(stat([2.5])) == "2.5 (n=1)"
+
+
+# ------------------------------------------------------------------ runs on disk
+def write_run(run_dir: Path, config: dict, summary: dict, records: list[dict]) -> None:
+    """A run directory as the training loop writes it (the contract in DESIGN.md, 'Runs on disk')."""
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    (run_dir / ".hydra" / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "config": config}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def base_config(lr: float, seed: int, scale="sqrt") -> dict:
+    return {"seed": seed, "name": "hand", "model": {"name": "andrea_tiny", "d_k": 16, "scale": scale, "causal": True},
+            "train": {"lr": lr, "max_steps": 10}, "logger": {"mode": "disabled"}}
+
+
+def test_runs_on_disk_cells_and_lr_sensitivity(tmp_path):
+    # 3 LRs x 2 seeds; the largest LR diverges (non-finite loss stored as the string "nan").
+    finals = {1e-3: (2.0, 2.2), 1e-2: (1.5, 1.7), 1e-1: (None, None)}
+    job = 0
+    for lr, per_seed in finals.items():
+        for seed, final in enumerate(per_seed):
+            status = "finished" if final is not None else "diverged"
+            summary = {"run/status": status, "data/log_vocab": math.log(32)}
+            records = [{"step": 0, "train/loss": 4.0}]
+            if final is None:
+                records.append({"step": 5, "train/loss": "nan"})
+            else:
+                summary["eval/loss_as_trained"] = final
+                records.append({"step": 10, "train/loss": final, "eval/loss_as_trained": final})
+            write_run(tmp_path / "sweep" / str(job), base_config(lr, seed, scale=True), summary, records)
+            job += 1
+    runs = load_runs([tmp_path / "sweep"])
+    assert len(runs) == 6
+    assert all(r.config["model.scale"] == "sqrt" for r in runs)  # true -> sqrt
+    diverged = [r for r in runs if r.status == "diverged"][0]
+    assert math.isnan(diverged.series("train/loss")[1][-1])
+    cells = group_cells(runs)
+    assert [c.label for c in cells] == ["lr=0.001", "lr=0.01", "lr=0.1"]
+    assert all(len(c.runs) == 2 for c in cells)
+    (curve,) = lr_curves(cells)
+    # seed 0: l* = 1.5, terms 0.5, 0, 2.5 -> 1.0; seed 1: l* = 1.7, terms 0.5, 0, 2.3 -> 0.9333
+    assert curve.sensitivity.mean == pytest.approx((1.0 + 2.8 / 3) / 2)
+    assert curve.sensitivity.n == 2
+    assert curve.diverged == 2
+
+
+def test_report_rejects_a_missing_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        report_main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    assert "SWEEP_DIR must be existing directories" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ claims measured without training
+def test_static_claims_by_hand():
+    assert claims_static.score_matrix_count(1024, 64)["count"] == 1024 * 1024
+    for row in claims_static.dot_product_std(d_ks=(64, 1024), n_pairs=4000):
+        assert row["unit_variance"] == pytest.approx(math.sqrt(row["d_k"]), rel=0.06)
+        assert row["unit_norm"] == pytest.approx(1 / math.sqrt(row["d_k"]), rel=0.06)
+    exact = claims_static.pipeline_checks()
+    assert exact["future_mass_max"] == 0.0 and exact["row0_one_hot"] and exact["inf_vs_1e9_max_diff"] == 0.0
+    grid = {(r["dtype"], r["magnitude"], r["softmax"]): r for r in claims_static.mask_fill_precision(
+        magnitudes=(1.0, 1e10), softmax_in=("fp32",))}
+    assert grid[("fp32", 1.0, "fp32")]["max_abs_diff"] == 0.0
+    assert grid[("fp32", 1e10, "fp32")]["max_abs_diff"] > 0.5  # real scores far below -1e9: the fill wins mass
+    assert "overflow" in grid[("fp16", 1.0, "fp32")]["fill_error"]  # fp16 cannot hold -1e9
+    shapes = claims_static.model_120m_shapes()
+    assert shapes["concat_shape"] == (1024, 768) and shapes["head_out_shape"] == (1024, 64)
+    assert 110e6 < shapes["params"] < 130e6
+
+
+# ------------------------------------------------------------------ the whole pipeline on a real sweep
+@pytest.mark.slow
+def test_report_on_a_real_tiny_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "andrea_exp", "-m", "model.d_k=8,32", "model.scale=true,false",
+           "model.causal=true,false", "train.max_steps=30", "train.eval_every=15", "probe.every=15",
+           "probe.maps_every=15", "logger.mode=disabled", "data.train_sequences=512", "data.eval_sequences=16",
+           "data.seq_len=32", "train.batch_size=8", f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-m", "andrea_exp.report", str(sweep), "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = (out / "report.md").read_text()
+    assert "- seeds per cell: 1 seed in 8 cells" in text
+    sections = re.split(r"^## ", text, flags=re.M)
+    for cid in [f"C{i}" for i in range(1, 10)]:
+        (section,) = [s for s in sections if s.startswith(f"{cid}:")]
+        match = re.search(r"^\*\*Verdict: (.+?)\*\*", section, flags=re.M)
+        assert match and match.group(1) in VERDICTS, f"{cid} has no verdict line"
+        # every pair scaled/unscaled and every unmasked cell is there, so nothing may be "not measured"
+        assert match.group(1) != NOT_MEASURED, f"{cid}: {section[:400]}"
+        figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+        assert figures, f"{cid} has no figure"
+        assert all((out / f).is_file() for f in figures)
+    assert list((out / "attention_maps").rglob("*.png"))
