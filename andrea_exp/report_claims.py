@@ -112,6 +112,11 @@ def final_loss(run: Run) -> float | None:
     return run.last("eval/loss_as_trained")
 
 
+def trained(cell: Cell) -> bool:
+    """Whether the cell's runs took any training step (experiment=scaling_at_init takes none)."""
+    return any((r.summary.get("run/steps") or 0) > 0 for r in cell.runs)
+
+
 def run_progress(run: Run) -> float:
     """Share of (l_0 - floor) closed by the end; floor 0 when unknown. 0 for runs that did not finish."""
     l0, final = run.initial_loss(), final_loss(run)
@@ -313,8 +318,8 @@ def claim_c4(study: Study, synth: list[dict]) -> ClaimResult:
         else:
             ratio = math.nan
         p_s, p_u = cell_stat(scaled, run_progress), cell_stat(unscaled, run_progress)
-        stalls = p_u.mean < STALL_RATIO * p_s.mean
-        checks.append(Check({"part": "training stalls", **ctx}, bool(stalls)))
+        if trained(scaled) and trained(unscaled):
+            checks.append(Check({"part": "training stalls", **ctx}, bool(p_u.mean < STALL_RATIO * p_s.mean)))
         peaked = cell_stat(unscaled, at_init("attn/max_prob"))
         rows.append([context_label(ctx), ctx["d_k"], str(peaked), str(g_s), str(g_u), ratio, str(p_s), str(p_u),
                      ", ".join(r.status for r in unscaled.runs)])
@@ -352,7 +357,8 @@ def claim_c5(study: Study) -> ClaimResult:
         if peak.n:
             checks.append(Check({"part": "softmax not peaked at init", **ctx}, peak.mean < PEAKED_MAX_PROB))
         finished = all(r.status == "finished" for r in cell.runs)
-        checks.append(Check({"part": "training proceeds", **ctx}, finished and prog.mean >= PROCEEDS_PROGRESS))
+        if trained(cell):
+            checks.append(Check({"part": "training proceeds", **ctx}, finished and prog.mean >= PROCEEDS_PROGRESS))
         rows.append([context_label(ctx), ctx["d_k"], str(std), str(peak), str(prog),
                      ", ".join(r.status for r in cell.runs)])
     d_ks = sorted({p[0] for pts in series.values() for p in pts})
@@ -441,7 +447,7 @@ def claim_c7(study: Study) -> ClaimResult:
     groups, as_trained, generation, floors = [], [], [], []
     for full_cell in study.cells:
         cell = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None])
-        if not cell.runs:
+        if not cell.runs or not trained(cell):
             continue
         ctx = context_of(cell, ("model.causal",))
         causal = bool(cell.get("model.causal"))
