@@ -1,0 +1,37 @@
+"""Shared by the benchmarks: compose a run config with Hydra's API and read a run's throughput back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def steady_throughput(run_dir: Path, skip_steps: int) -> dict:
+    """Tokens/s over the logging windows that start after `skip_steps` (warm-up and compilation excluded).
+
+    Each window's time is tokens / rate, so the overall rate is total tokens / total time, not a mean of rates.
+    """
+    rows = [r for r in read_metrics(run_dir) if "train/tokens_per_s" in r]
+    tokens_prev, total_tokens, total_time = None, 0.0, 0.0
+    for r in rows:
+        if tokens_prev is not None and r["step"] >= skip_steps:
+            window_tokens = r["train/tokens"] - tokens_prev
+            total_tokens += window_tokens
+            total_time += window_tokens / r["train/tokens_per_s"]
+        tokens_prev = r["train/tokens"]
+    if total_time == 0:
+        raise RuntimeError(f"no timed windows after step {skip_steps} in {run_dir}")
+    return {"tokens_per_s": total_tokens / total_time, "timed_tokens": total_tokens, "timed_s": total_time}
