@@ -198,6 +198,7 @@ def run_cli(run_dir, *overrides):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_probes_every_step_leave_the_training_curve_identical(tmp_path):
     with_probe = run_cli(tmp_path / "on", "probe.every=1", "probe.maps_every=10")
     without = run_cli(tmp_path / "off", "probe.every=0")
