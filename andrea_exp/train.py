@@ -228,7 +228,8 @@ def train(cfg, run_dir: Path) -> dict:
             if at == window[-1][0]:
                 row.update({"train/tokens_per_s": rate, "train/grad_clip_frac": clip_hits / len(window)})
             log(row, at)
-            watch.check(at, loss, gn)
+        for (at, *_), (loss, gn) in zip(window, values.tolist()):
+            watch.check(at, loss, gn)  # after logging the window: a diverged run keeps every record it made
         bar.set_postfix(loss=f"{values[-1, 0].item():.3f}")
         window, window_start, excluded = [], time.perf_counter(), 0.0
 
