@@ -463,9 +463,12 @@ def claim_c7(study: Study) -> ClaimResult:
         else:
             if below.n:
                 checks.append(Check({"part": "loss as trained below the floor", **ctx}, below.mean > LEAK_MARGIN))
-            if gen.n:
-                far = gen.mean - floor >= CATASTROPHIC_SHARE * (log_v - floor)
-                checks.append(Check({"part": "generation loss far above the floor", **ctx}, bool(far)))
+            if gen.n and tr.n:
+                # far above the floor AND far above its own loss as trained: an untrained model is also far
+                # above the floor, but that is no train/generation divergence
+                far = min(gen.mean - floor, gen.mean - tr.mean) >= CATASTROPHIC_SHARE * (log_v - floor)
+                checks.append(Check({"part": "generation loss far above the floor and the loss as trained", **ctx},
+                                    bool(far)))
         rows.append([cell.label, str(tr), str(gen), floor, str(below), log_v])
         groups.append(cell.label)
         as_trained.append((tr.mean, tr.std))
@@ -484,16 +487,22 @@ def claim_c7(study: Study) -> ClaimResult:
         "(each position sees only its prefix), and the data's exact entropy floor, per cell; causal cells are "
         "the control.",
         f"'below the floor' passes when floor - loss as trained > {LEAK_MARGIN} nats; 'far above' passes when "
-        f"generation loss - floor >= {CATASTROPHIC_SHARE} x (log V - floor); the causal control passes when its "
+        f"generation loss minus both the floor and the loss as trained >= {CATASTROPHIC_SHARE} x (log V - floor); "
+        "the causal control (a check of the measurement, not part of the verdict) passes when its "
         f"loss is not below the floor by more than {LEAK_MARGIN}.",
         checks, c7_verdict(checks), tables=[md_table(header, rows)] if rows else [], figures=paths)
 
 
 def c7_verdict(checks: list[Check]) -> Verdict:
     """The causal control alone measures nothing about the claim: without an unmasked cell it is not measured."""
-    if not any(c.where["part"] != CAUSAL_CONTROL for c in checks):
+    claim = [c for c in checks if c.where["part"] != CAUSAL_CONTROL]
+    if not claim:
         return Verdict(NOT_MEASURED, missing_runs("unmasked cell (model.causal=false) with a known floor", "leak_gap"))
-    return verdict(checks)
+    result = verdict(claim)  # the control is a sanity check of the measurement, not a part of the claim
+    if not all(c.ok for c in checks if c.where["part"] == CAUSAL_CONTROL):
+        result.condition = (result.condition + "; " if result.condition else "") + \
+            "WARNING: a causal cell went below the floor, so the floor or the evaluation is suspect"
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- C8
