@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from andrea_exp import devices, sweep, tracking
-from andrea_exp.config import ConfigError, validate
+from andrea_exp.config import ConfigError, command_line_error, validate
 from andrea_exp.tracking import write_summary
 
 devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
@@ -55,6 +56,9 @@ def run_job(cfg: DictConfig) -> dict:
         summary = train(cfg, run_dir)
     except Exception as err:
         tracking.finish_open_runs(failed=True)  # never let this job's W&B run leak into the next job
+        if isinstance(err, ConfigError) and not in_sweep:  # e.g. a checkpoint that does not fit: files untouched
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
         if _summary_status(run_dir) != "failed":  # keep the tracker's fuller failure summary when it wrote one
             write_summary(run_dir, {"run/status": "failed", "run/error": f"{type(err).__name__}: {err}",
                                     "run/steps": 0}, cfg)
@@ -88,6 +92,12 @@ _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="co
 
 
 def main() -> None:
+    # bad settings as one line before Hydra makes a run directory (HYDRA_FULL_ERROR=1 keeps Hydra's own report)
+    if os.environ.get("HYDRA_FULL_ERROR") != "1":
+        problem = command_line_error(sys.argv[1:], CONF_DIR)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
     _app()
     if sweep.failed_cells():
         sys.exit(1)
