@@ -85,32 +85,36 @@ def global_norm(tensors) -> torch.Tensor:
 
 
 def head_attention_stats(scores: torch.Tensor, pattern: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
-    """Per-head statistics of one layer. scores, pattern: (B, H, T_q, T_k); every value has shape (H,).
+    """Per-head statistics. scores, pattern: (..., B, H, T_q, T_k), e.g. (L, B, H, T, T) for all layers
+    at once; every value has shape (..., H).
 
-    entropy, max_prob, saturated_frac: mean over the batch and query rows of the row quantity.
+    entropy, max_prob, saturated_frac: mean over the batch and query rows of the row quantity
+    (a causal row 0 sees one key, so it is always saturated: a floor of 1/T on saturated_frac).
     entropy_norm: mean over rows with more than one visible key (row 0 of a causal head is left out).
     score_std, score_max: std and max over every visible entry of the head (batch, rows and keys
     pooled), so the mask fill never enters them.
     """
+    rows = (-3, -1)  # batch and query rows of a (..., B, H, T_q) row quantity
     t_q, t_k = pattern.shape[-2:]
     visible = visible_keys(t_q, t_k, causal, pattern.device)  # (T_q, T_k)
     n_vis = visible.sum(-1)  # (T_q,)
     pattern = pattern.float()
-    ent = row_entropy(pattern)  # (B, H, T_q)
-    kept = (n_vis > 1).expand_as(ent)  # (B, H, T_q)
-    n_kept = kept.sum((0, 2))  # (H,)
-    ent_norm = torch.where(kept, normalized_entropy(ent, n_vis), 0.0).sum((0, 2)) / n_kept.clamp_min(1)
+    ent = row_entropy(pattern)  # (..., B, H, T_q)
+    kept = (n_vis > 1).expand_as(ent)  # (..., B, H, T_q)
+    n_kept = kept.sum(rows)  # (..., H)
+    ent_norm = torch.where(kept, normalized_entropy(ent, n_vis), 0.0).sum(rows) / n_kept.clamp_min(1)
     ent_norm = torch.where(n_kept > 0, ent_norm, math.nan)  # no row can be normalised when T_k == 1
+    scores = scores.detach()
     return {
-        "entropy": ent.mean((0, 2)),
+        "entropy": ent.mean(rows),
         "entropy_norm": ent_norm,
-        "max_prob": row_max_prob(pattern).mean((0, 2)),
-        "saturated_frac": saturated_rows(pattern).float().mean((0, 2)),
-        "score_std": masked_std(scores.detach(), visible, (0, 2, 3)),
-        "score_max": masked_max(scores.detach(), visible, (0, 2, 3)),
+        "max_prob": row_max_prob(pattern).mean(rows),
+        "saturated_frac": saturated_rows(pattern).float().mean(rows),
+        "score_std": masked_std(scores, visible, (-4, -2, -1)),
+        "score_max": masked_max(scores, visible, (-4, -2, -1)),
     }
 
 
-def component_std(t: torch.Tensor) -> torch.Tensor:
-    """Population std of every component of t (e.g. q or k of one layer, all heads pooled)."""
-    return t.detach().float().std(correction=0)
+def component_std(t: torch.Tensor, dims=None) -> torch.Tensor:
+    """Population std of the components of t over `dims` (all by default), e.g. q of a layer, heads pooled."""
+    return t.detach().float().std(dim=dims, correction=0)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from andrea_exp.maps import save_attention_maps
-from andrea_exp.metrics import component_std, global_norm, head_attention_stats
+from andrea_exp.metrics import component_std, head_attention_stats
 
 ATTN_STATS = ("entropy", "entropy_norm", "max_prob", "saturated_frac", "score_std", "score_max")
 
@@ -47,6 +47,17 @@ class Probe:
         self.maps_heads = maps_heads
         self.map_dir = Path(run_dir) / "attention_maps"
         self.n_layer = len(model.blocks)
+        self.n_head = model.cfg.n_head
+        self.causal = bool(model.cfg.causal)
+        groups = self._param_groups()
+        self.params = list({id(p): p for ps in groups.values() for p in ps}.values())  # tied weights once
+        column = {id(p): i for i, p in enumerate(self.params)}
+        membership = torch.zeros(len(groups), len(self.params))  # (G, P): which tensors each norm covers
+        for g, ps in enumerate(groups.values()):
+            for p in ps:
+                membership[g, column[id(p)]] = 1.0
+        self.group_names = list(groups)
+        self.membership = membership.to(tokens.device)
 
     @contextlib.contextmanager
     def _instrumented(self):
@@ -81,52 +92,49 @@ class Probe:
         return groups
 
     def measure(self, step: int) -> dict:
-        """Metrics of the probe batch at this step (see the module docstring for the averaging)."""
-        x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
-        groups = self._param_groups()
-        params = list({id(p): p for ps in groups.values() for p in ps}.values())
-        names: list[str] = []
-        values: list[torch.Tensor] = []
+        """Metrics of the probe batch at this step (see the module docstring for the averaging).
 
-        def put(name: str, value: torch.Tensor) -> None:
-            names.append(name)
-            values.append(value.detach().float().reshape(()))
+        All layers are reduced together on stacked (L, ...) tensors, so the number of kernels does not
+        grow with depth; that keeps a probe near the cost of one forward and backward.
+        """
+        x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
+        L, H = self.n_layer, self.n_head
+        names: list[str] = []
+        pieces: list[torch.Tensor] = []
+
+        def put(keys: list[str], values: torch.Tensor) -> None:
+            names.extend(keys)
+            pieces.append(values.detach().float().reshape(-1))
 
         with self._instrumented() as stages, torch.enable_grad(), \
                 torch.autocast(device_type=self.tokens.device.type, enabled=False):
             _, loss = self.model(x, y)
-            scores = [s["scores"] for s in stages]  # each (B, H, T, T)
-            grads = torch.autograd.grad(loss, scores + params, allow_unused=True)
-            score_grads, param_grads = grads[: len(scores)], grads[len(scores):]
-            grad_of = {id(p): g for p, g in zip(params, param_grads)}
+            scores = [s["scores"] for s in stages]  # L x (B, H, T, T), scaled and masked
+            grads = torch.autograd.grad(loss, scores + self.params, allow_unused=True)
+            score_grads = torch.stack([torch.zeros_like(s) if g is None else g
+                                       for s, g in zip(scores, grads[:L])])  # (L, B, H, T, T)
+            param_grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads[L:])]
 
-            put("probe/loss", loss)
-            per_layer = {name: [] for name in ATTN_STATS}
-            q_stds, k_stds, score_grad_norms = [], [], []
-            for li, (block, stage) in enumerate(zip(self.model.blocks, stages)):
-                heads = head_attention_stats(stage["scores"], stage["pattern"], block.attn.causal)  # each (H,)
-                for name, head_values in heads.items():
-                    layer_value = head_values.mean()
-                    per_layer[name].append(layer_value)
-                    put(f"attn/L{li}/{name}", layer_value)
-                    if self.per_head:
-                        for h, v in enumerate(head_values):
-                            put(f"attn/L{li}/H{h}/{name}", v)
-                q_stds.append(component_std(stage["q"]))  # all heads' components pooled
-                k_stds.append(component_std(stage["k"]))
-                put(f"attn/L{li}/q_std", q_stds[-1])
-                put(f"attn/L{li}/k_std", k_stds[-1])
-                score_grad_norms.append(global_norm([score_grads[li]]))
-                put(f"grad/L{li}/scores", score_grad_norms[-1])
-            for name, layer_values in per_layer.items():
-                put(f"attn/{name}", torch.stack(layer_values).mean())
-            put("attn/q_std", torch.stack(q_stds).mean())
-            put("attn/k_std", torch.stack(k_stds).mean())
-            put("grad/scores", torch.stack(score_grad_norms).norm())  # global L2 over layers
-            for name, ps in groups.items():
-                put(name, global_norm([grad_of[id(p)] for p in ps]))
+            stats = head_attention_stats(torch.stack(scores), torch.stack([s["pattern"] for s in stages]),
+                                         self.causal)  # each (L, H)
+            put(["probe/loss"], loss)
+            for stat, per_head in stats.items():
+                per_layer = per_head.mean(-1)  # (L,): mean over heads
+                put([f"attn/L{li}/{stat}" for li in range(L)] + [f"attn/{stat}"],
+                    torch.cat([per_layer, per_layer.mean().reshape(1)]))  # then the mean over layers
+                if self.per_head:
+                    put([f"attn/L{li}/H{h}/{stat}" for li in range(L) for h in range(H)], per_head)
+            for name in ("q", "k"):
+                per_layer = component_std(torch.stack([s[name] for s in stages]), (1, 2, 3, 4))  # (L,)
+                put([f"attn/L{li}/{name}_std" for li in range(L)] + [f"attn/{name}_std"],
+                    torch.cat([per_layer, per_layer.mean().reshape(1)]))
+            per_layer = torch.linalg.vector_norm(score_grads.float(), dim=(1, 2, 3, 4))  # (L,)
+            put([f"grad/L{li}/scores" for li in range(L)] + ["grad/scores"],
+                torch.cat([per_layer, per_layer.norm().reshape(1)]))  # global L2 over layers
+            squares = torch.stack(torch._foreach_norm(param_grads)).float() ** 2  # (P,), one fused kernel
+            put(self.group_names, (self.membership @ squares).sqrt())  # (G,)
 
-        host = torch.stack(values).cpu().tolist()  # the probe's one host sync
+        host = torch.cat(pieces).cpu().tolist()  # the probe's one host sync
         return dict(zip(names, host))
 
     @torch.no_grad()
