@@ -57,8 +57,6 @@ def setup_runtime(cfg) -> Runtime:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "cuda":
-        if device.index is None:  # plain "cuda" means the current GPU; set_device needs an index
-            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
