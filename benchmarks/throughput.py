@@ -21,12 +21,13 @@ from benchmarks.common import compose_cfg, steady_throughput
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
-def flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int, d_k: int, n_head: int,
-                    vocab: int) -> float:
-    """Training FLOPs a token (forward + backward = 3x forward): 6 N for the matmuls plus attention's
-    two T x T products (q.k and p.v), as in the PaLM appendix; the tied head counts as a matmul too."""
+def flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int, d_k: int, d_v: int,
+                    n_head: int, vocab: int) -> float:
+    """Training FLOPs a token (forward + backward = 3x forward): 6 N for the weight matmuls (the tied head
+    counts as one) plus attention's two T x T products, q.k^T (2 T d_k a head) and p.v (2 T d_v a head),
+    as in the PaLM appendix; the causal half is not subtracted, like the reference's count."""
     matmul = 6 * (n_params_non_embedding + vocab * d_model)
-    attention = 6 * n_layer * seq_len * n_head * d_k  # q.k^T and p.v, causal halves ignored like the reference
+    attention = 6 * n_layer * seq_len * n_head * (d_k + d_v)
     return matmul + attention
 
 
@@ -84,7 +85,7 @@ def main() -> None:
         runs[label] = run_once(common + [f"probe.every={every}"], args.warmup)
         n_non_emb = runs[label]["params"] - cfg.model.block_size * cfg.model.d_model - args.vocab * cfg.model.d_model
         fpt = flops_per_token(n_non_emb, cfg.model.n_layer, cfg.model.d_model, args.seq_len, cfg.model.d_k,
-                              cfg.model.n_head, args.vocab)
+                              cfg.model.d_v, cfg.model.n_head, args.vocab)
         runs[label]["ms_per_step"] = 1e3 * args.batch_size * args.seq_len / runs[label]["tokens_per_s"]
         runs[label]["mfu"] = runs[label]["tokens_per_s"] * fpt / peak
         runs[label]["flops_per_token"] = fpt
