@@ -54,6 +54,14 @@ def future_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(diagonal=1 + t_k - t_q)
 
 
+def _fill_for(dtype: torch.dtype, mask_fill: float) -> float:
+    """A finite fill such as -1e9 does not fit in float16 (max 65504): use the dtype's lowest value,
+    which still gives a probability of exactly 0 after the float32 softmax."""
+    if math.isfinite(mask_fill):
+        return max(mask_fill, torch.finfo(dtype).min)
+    return mask_fill
+
+
 def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float = -math.inf, stages=None):
     """The formula written out. q, k: (B, H, T, d_k); v: (B, H, T, d_v).
 
@@ -65,10 +73,11 @@ def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float 
     scores = scores * scale
     if causal:
         future = future_mask(q.size(-2), k.size(-2), q.device)  # (T, T)
-        scores = scores.masked_fill(future, mask_fill)
+        scores = scores.masked_fill(future, _fill_for(scores.dtype, mask_fill))
     if stages is not None and scores.requires_grad:
         scores.retain_grad()
-    pattern = torch.softmax(scores.float(), dim=-1)  # (B, H, T, T), float32 for a stable softmax
+    # float32 at least for a stable softmax; float64 inputs keep float64
+    pattern = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)  # (B, H, T, T)
     out = pattern.to(v.dtype) @ v  # (B, H, T, d_v)
     if stages is not None:
         stages["scores"] = scores
@@ -77,7 +86,15 @@ def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float 
 
 
 def fused_attention(q, k, v, *, scale: float, causal: bool):
-    """The same computation through PyTorch's fused kernels (flash / cuDNN / efficient / math)."""
+    """The same computation through PyTorch's fused kernels (flash / cuDNN / efficient / math).
+
+    SDPA's is_causal aligns the mask to the top-left corner; when there are fewer queries than keys
+    (the queries are the last positions) the explicit path's bottom-right mask is passed instead.
+    """
+    t_q, t_k = q.size(-2), k.size(-2)
+    if causal and t_q != t_k:
+        visible = ~future_mask(t_q, t_k, q.device)  # (t_q, t_k), True where attention is allowed
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)  # (B, H, t_q, d_v)
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (B, H, T, d_v)
 
 

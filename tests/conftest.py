@@ -1,0 +1,41 @@
+"""Shared fixtures: a fresh run directory and a way to run the real CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_env() -> dict:
+    """The environment a CLI subprocess runs in: W&B offline and quiet, Hydra's short errors."""
+    env = dict(os.environ)
+    env["WANDB_MODE"] = "offline"
+    env["WANDB_SILENT"] = "true"
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+def run_cli(*overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m andrea_exp OVERRIDES...` from the repository root; stdout and stderr captured as text."""
+    return subprocess.run([sys.executable, "-m", "andrea_exp", *overrides], cwd=REPO_ROOT, env=cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """An empty directory to pass as hydra.run.dir."""
+    path = tmp_path / "run"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def cli():
+    """The run_cli helper, as a fixture for tests that prefer injection."""
+    return run_cli
