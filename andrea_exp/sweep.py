@@ -29,7 +29,8 @@ class JobContext:
 
 def _split_override(text: str) -> tuple[str, str]:
     key, _, value = text.partition("=")
-    return key.lstrip("+~"), value
+    # the sweeper writes booleans as Python does (True); show them as the user types them
+    return key.lstrip("+~"), {"True": "true", "False": "false"}.get(value, value)
 
 
 def swept_keys(task_overrides: list[str], sweeper_params: dict | None) -> set[str]:
@@ -121,8 +122,8 @@ def read_cells(sweep_dir: Path) -> list[dict]:
                           key=lambda p: (len(p.name), p.name)):
         overrides_file = job_dir / ".hydra" / "overrides.yaml"
         overrides = [line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")]
-        if keys:
-            overrides = [o for o in overrides if _split_override(o)[0] in keys]
+        pairs = [_split_override(o) for o in overrides]
+        overrides = [f"{k}={v}" for k, v in pairs if not keys or k in keys]
         summary_file = job_dir / "summary.json"
         summary = json.loads(summary_file.read_text()) if summary_file.exists() else {"run/status": "missing"}
         cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": summary})

@@ -1,0 +1,159 @@
+"""Multiruns as users type them: W&B group and names per cell, the end table, failing cells, presets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from test_tracking import read_run
+
+from andrea_exp.cli import CONF_DIR
+from andrea_exp.sweep import format_table, run_name, run_tags, swept_keys
+
+TINY = ["train.max_steps=20", "data.seq_len=32", "probe.every=10", "train.eval_every=10", "probe.maps_every=0",
+        "train.log_every=5", "data.train_sequences=512", "data.eval_sequences=32", "train.batch_size=8",
+        "logger.mode=offline"]
+
+
+def wandb_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(OMP_NUM_THREADS="1", WANDB_MODE="offline", WANDB_DIR=str(tmp_path / "wandb-default"),
+               WANDB_SILENT="true", WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), NETRC=str(tmp_path / "no-netrc"))
+    return env
+
+
+def multirun(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, Path]:
+    sweep_dir = tmp_path / "sweeps" / "grid"
+    proc = subprocess.run([sys.executable, "-m", "andrea_exp", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=tmp_path, env=wandb_env(tmp_path), capture_output=True, text=True, timeout=600)
+    return proc, sweep_dir
+
+
+def test_run_names_and_tags_come_from_the_swept_overrides():
+    task = ["experiment=claims_grid", "model.d_k=64,256", "train.max_steps=20", "model.causal=true,false"]
+    keys = swept_keys(task, {"model.scale": "true,false"})
+    assert keys == {"model.d_k", "model.causal", "model.scale"}
+    axes = [("model.d_k", "64"), ("model.scale", "false"), ("model.causal", "true")]
+    assert run_name(axes) == "d_k=64,scale=false,causal=true"
+    assert run_name([("model.d_k", "8"), ("probe.d_k", "2")]) == "model.d_k=8,probe.d_k=2"  # ambiguous: kept whole
+    cfg = OmegaConf.create({"model": {"d_k": 64, "scale": False, "causal": True, "qk_init": "gpt2"}})
+    tags = run_tags(cfg, axes + [("model.qk_init", "gpt2")], ["mine"])
+    assert tags == ["d_k=64", "scale=off", "mask=on", "qk_init=gpt2", "mine"]
+    assert run_tags(OmegaConf.create({"model": {"d_k": 8, "scale": "inv", "causal": False}}), [], []) == \
+        ["d_k=8", "scale=inv", "mask=off"]
+
+
+def test_table_lists_every_cell_and_why_it_failed(tmp_path):
+    cells = [{"dir": tmp_path / "0", "overrides": "model.d_k=8",
+              "summary": {"run/status": "finished", "eval/loss_as_trained": 1.5, "eval/gap": 0.0,
+                          "attn/entropy": 2.25}},
+             {"dir": tmp_path / "1", "overrides": "model.d_k=0",
+              "summary": {"run/status": "failed", "run/error": "model.d_k must be an integer >= 1; got 0"}},
+             {"dir": tmp_path / "2", "overrides": "model.d_k=9", "summary": {"run/status": "missing"}}]
+    lines = format_table(cells).splitlines()
+    assert lines[0].split() == ["cell", "overrides", "status", "final", "loss", "gap", "entropy"]
+    assert lines[1].split() == ["0", "model.d_k=8", "finished", "1.5000", "0.0000", "2.2500"]
+    assert lines[2].split() == ["1", "model.d_k=0", "failed", "-", "-", "-"]
+    assert "cell 1 failed: model.d_k must be an integer >= 1; got 0" in lines[-2]
+    assert "cell 2: no summary.json" in lines[-1]
+
+
+@pytest.mark.slow
+def test_four_cell_multirun_logs_one_group_four_names_and_the_contract_keys(tmp_path):
+    proc, sweep_dir = multirun(tmp_path, "model.d_k=8,16", "model.causal=true,false", *TINY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("wandb sync") == 1  # said once for the whole sweep
+    assert f"wandb sync {sweep_dir}/*/wandb/offline-run-*" in proc.stdout
+    assert "4 cells, 0 failed" in proc.stdout
+    runs = [read_run(next((sweep_dir / str(i) / "wandb").glob("offline-run-*"))) for i in range(4)]
+    assert len({r["run"]["run_group"] for r in runs}) == 1
+    assert runs[0]["run"]["run_group"] == "sweeps-grid"
+    names = [r["run"]["display_name"] for r in runs]
+    assert names == ["d_k=8,causal=true", "d_k=8,causal=false", "d_k=16,causal=true", "d_k=16,causal=false"]
+    for i, (run, (d_k, causal)) in enumerate(zip(runs, [(8, True), (8, False), (16, True), (16, False)])):
+        assert run["state"] == "finished" and run["summary"]["run/status"] == "finished"
+        model = run["config"]["model"]
+        assert (model["d_k"], model["scale"], model["causal"]) == (d_k, "sqrt", causal)
+        assert {"train/loss", "attn/entropy", "grad/norm", "eval/gap", "train/step"} <= run["keys"]
+        assert f"mask={'on' if causal else 'off'}" in run["run"]["tags"]
+        steps = [h["train/step"] for h in run["history"] if "train/loss" in h]
+        assert steps == list(range(20))
+        # the same numbers in W&B and in metrics.jsonl
+        local = [json.loads(line) for line in (sweep_dir / str(i) / "metrics.jsonl").read_text().splitlines()]
+        local_loss = [r["train/loss"] for r in local if "train/loss" in r]
+        assert [h["train/loss"] for h in run["history"] if "train/loss" in h] == pytest.approx(local_loss)
+    table = proc.stdout[proc.stdout.index("cell  overrides"):]
+    assert "model.d_k=16 model.causal=false  finished" in table
+
+
+@pytest.mark.slow
+def test_a_bad_cell_fails_alone_and_the_exit_code_says_so(tmp_path):
+    proc, sweep_dir = multirun(tmp_path, "model.d_k=16,0,32", *TINY)
+    assert proc.returncode == 1
+    assert "3 cells, 1 failed" in proc.stdout
+    assert "cell 1 failed: model.d_k must be an integer >= 1; got 0" in proc.stdout
+    for good in ("0", "2"):
+        assert json.loads((sweep_dir / good / "summary.json").read_text())["run/status"] == "finished"
+        run = read_run(next((sweep_dir / good / "wandb").glob("offline-run-*")))
+        assert run["state"] == "finished"
+    assert json.loads((sweep_dir / "1" / "summary.json").read_text())["run/status"] == "failed"
+    assert not (sweep_dir / "1" / "wandb").exists()  # rejected before any run was opened
+
+
+@pytest.mark.slow
+def test_a_cell_that_raises_while_training_is_failed_in_wandb(tmp_path):
+    # a real I/O error inside the training loop: cell 0's checkpoints/ is taken by a file, so the save raises
+    blocked = tmp_path / "sweeps" / "grid" / "0" / "checkpoints"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("not a directory")
+    proc, sweep_dir = multirun(tmp_path, "model.d_k=8,16", *TINY)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "2 cells, 1 failed" in proc.stdout
+    bad = read_run(next((sweep_dir / "0" / "wandb").glob("offline-run-*")))
+    assert bad["state"] == "failed" and bad["exit_code"] == 1 and bad["summary"]["run/status"] == "failed"
+    assert "train/loss" in bad["keys"]  # it trained, then failed
+    good = read_run(next((sweep_dir / "1" / "wandb").glob("offline-run-*")))
+    assert good["state"] == "finished" and good["run"]["run_id"] != bad["run"]["run_id"]
+    assert len(good["history"]) < len(bad["history"]) + 5 and good["run"]["display_name"] == "d_k=16"
+    assert "Error" in json.loads((sweep_dir / "0" / "summary.json").read_text())["run/error"]
+
+
+@pytest.mark.parametrize("name,cells", [("claims_grid", 12), ("leak_gap", 2), ("qk_init", 12),
+                                        ("scaling_at_init", 20)])
+def test_experiment_presets_compose(name, cells):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    assert cfg.name == name and cfg.model.name == "andrea_small"
+    params = cfg.hydra.sweeper.params
+    count = 1
+    for values in params.values():
+        count *= len(str(values).split(","))
+    assert count == cells
+    if name == "claims_grid":
+        assert dict(params) == {"model.d_k": "64,256,4096", "model.scale": "true,false",
+                                "model.causal": "true,false"}
+
+
+@pytest.mark.slow
+def test_scaling_at_init_runs_only_the_final_probe_and_eval(tmp_path):
+    proc, sweep_dir = multirun(tmp_path, "experiment=scaling_at_init", "model=andrea_tiny", "data.seq_len=32",
+                               "model.d_k=8,64", "model.qk_init=unit",  # the command line wins over the preset
+                               "data.train_sequences=512", "data.eval_sequences=32", "probe.maps_every=0",
+                               "logger.mode=offline")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 cells, 0 failed" in proc.stdout
+    stds = {}
+    for i in range(4):
+        summary = json.loads((sweep_dir / str(i) / "summary.json").read_text())
+        assert summary["run/steps"] == 0 and summary["run/status"] == "finished"
+        assert "eval/loss_as_trained" in summary and "attn/score_std" in summary
+        stds[(summary["config"]["model"]["d_k"], summary["config"]["model"]["scale"])] = summary["attn/score_std"]
+    # unscaled scores grow with d_k, scaled ones do not (claims C2, C5): 8x the width, about sqrt(8) the spread
+    assert stds[(64, False)] / stds[(8, False)] > 2.0
+    assert stds[(64, True)] / stds[(8, True)] < 1.6
