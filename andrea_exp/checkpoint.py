@@ -43,7 +43,8 @@ def set_rng_state(state: dict) -> None:
     n = state["numpy"]
     np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for index, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):  # fewer GPUs now is fine
+            torch.cuda.set_rng_state(cuda_state, index)
 
 
 def save(directory: Path, *, step: int, model, optimizer, scheduler, extra: dict) -> Path:
