@@ -57,7 +57,7 @@ def build_workspace(entity: str, project: str, group: str, name: str | None = No
     return ws.Workspace(
         entity=entity, project=project, name=name or f"sweep {group}", sections=sections,
         settings=ws.WorkspaceSettings(x_axis=STEP, max_runs=100),
-        runset_settings=ws.RunsetSettings(filters=[ws.Metric("Group") == group]),
+        runset_settings=ws.RunsetSettings(filters=ws.And(ws.Metric("Group") == group)),
     )
 
 
