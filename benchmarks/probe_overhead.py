@@ -5,6 +5,11 @@ Both settings train the same model for the same steps in this one process, in AB
 windows that start at or after --warmup (evaluation, checkpoints and attention maps are already kept
 out of those windows by the train loop; probe.measure is not, so its cost shows).
 
+A small model's step is bound by kernel launches on the host, and its speed drifts by several
+percent between runs, more than a probe every 100 steps costs. So the script also times one probe
+directly (synchronised, on the same model and batch) and reports the ratio that cost implies:
+1 / (1 + probe_ms / (probe_every * step_ms)), with step_ms from the probes-off runs.
+
     PYTHONPATH=. python3 benchmarks/probe_overhead.py                     # andrea_small on CUDA
     PYTHONPATH=. python3 benchmarks/probe_overhead.py --device cpu --model andrea_tiny --steps 50
 """
@@ -13,13 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
-from andrea_exp.train import train
+from andrea_exp.data import build_dataset
+from andrea_exp.probe import Probe
+from andrea_exp.train import build_model, train
 from benchmarks.common import compose_cfg, steady_throughput
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "probe_overhead.json"
@@ -33,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=100,
                         help="steps left out of the timing (clamped to steps/2)")
     parser.add_argument("--probe-every", type=int, default=None, help="probe cadence; default: conf/probe")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per setting, in ABBA order")
+    parser.add_argument("--repeats", type=int, default=4, help="runs per setting, in ABBA order")
     parser.add_argument("--compile", action="store_true", help="train.compile=true")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any further Hydra override, applied to both settings (repeatable)")
@@ -53,6 +62,24 @@ def timed_run(overrides: list[str], warmup: int) -> dict:
         figures = steady_throughput(Path(tmp), warmup)
     figures["status"] = summary["run/status"]
     return figures
+
+
+def probe_ms(cfg, device: torch.device, repeats: int = 20) -> float:
+    """Wall time of one Probe.measure on the run's model and probe batch, synchronised, after warm-up."""
+    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
+    model = build_model(cfg, data.vocab_size).to(device)
+    tokens = data.eval.tokens[: cfg.probe.batch_size].to(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Probe(model, tokens, cfg.probe, Path(tmp))
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        for _ in range(3):
+            probe.measure(0)
+        sync()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            probe.measure(0)
+        sync()
+    return 1e3 * (time.perf_counter() - start) / repeats
 
 
 def main(argv=None) -> dict:
@@ -83,11 +110,21 @@ def main(argv=None) -> dict:
 
     on = totals["on"]["tokens"] / totals["on"]["seconds"]
     off = totals["off"]["tokens"] / totals["off"]["seconds"]
+    pair_ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(totals["on"]["runs"], totals["off"]["runs"])]
     cfg = compose_cfg(settings["on"])
+    tokens_per_step = int(cfg.train.batch_size) * int(cfg.data.seq_len)
+    step_ms = 1e3 * tokens_per_step / off
+    one_probe_ms = probe_ms(cfg, torch.device(args.device))
+    implied = 1.0 / (1.0 + one_probe_ms / (probe_every * step_ms))
     result = {
         "tokens_per_s_probe_on": on,
         "tokens_per_s_probe_off": off,
         "ratio": on / off,
+        "ratio_median_of_pairs": statistics.median(pair_ratios),
+        "pair_ratios": pair_ratios,
+        "probe_ms": one_probe_ms,
+        "step_ms_probe_off": step_ms,
+        "ratio_implied_by_probe_ms": implied,
         "gpu": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "cpu",
         "settings": {
             "model": args.model, "device": args.device, "steps": args.steps, "warmup_steps_excluded": warmup,
@@ -102,7 +139,9 @@ def main(argv=None) -> dict:
     }
     print(f"probes on  (every {probe_every}): {on:>12,.0f} tokens/s")
     print(f"probes off:            {off:>12,.0f} tokens/s")
-    print(f"ratio on/off: {on / off:.4f} on {result['gpu']}")
+    print(f"ratio on/off: {on / off:.4f} (median of ABBA pairs {result['ratio_median_of_pairs']:.4f}) "
+          f"on {result['gpu']}")
+    print(f"one probe {one_probe_ms:.1f} ms, one step {step_ms:.2f} ms: implied ratio {implied:.4f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
