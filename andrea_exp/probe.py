@@ -14,7 +14,12 @@ Averaging (all plain means, every row weighted equally):
 - a head's entropy / max_prob / saturated_frac is the mean over the batch and query rows;
   entropy_norm skips rows with one visible key (log 1 = 0);
 - a head's score_std / score_max are the std / max over all its visible (unmasked) entries;
-- `attn/L{li}/<stat>` is the mean over the layer's heads; `attn/<stat>` the mean over layers.
+- `attn/L{l}/<stat>` is the mean over the layer's heads; `attn/<stat>` the mean over layers
+  (so, every layer having the same heads and rows, the mean over layers, heads and rows);
+- `attn/L{l}/q_std`, `k_std`: population std of all q (k) components of the layer, heads pooled;
+  `attn/q_std`, `attn/k_std`: their mean over layers;
+- `grad/L{l}/scores`: L2 norm of d loss / d scores of the layer (masked entries get exactly 0);
+  `grad/scores`: the global L2 norm over layers; `grad/...` of parameters: joint L2 norm per group.
 """
 
 from __future__ import annotations
