@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+HELD_OUT_SEED = 10_007  # the held-out set's random stream, independent of the run's seed
+
 
 @dataclass
 class Split:
@@ -60,7 +62,7 @@ class MarkovSource:
             ctx = ctx * self.vocab_size + seq[:, j]
         return ctx
 
-    def sample(self, n: int, length: int, seed: int) -> Split:
+    def sample(self, n: int, length: int, seed: int | tuple[int, ...]) -> Split:
         """n sequences of `length` + 1 tokens and the exact NLL of each of the `length` targets."""
         rng = np.random.default_rng(seed)
         seq = np.zeros((n, length + 1), dtype=np.int64)
@@ -102,13 +104,15 @@ def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -
         raise ValueError(f"data.path: {file} has {raw.size} bytes; need at least {need} for data.seq_len={seq_len}")
     cut = min(max(int(raw.size * 0.9), seq_len + 2), raw.size - (seq_len + 2))
     train_raw, eval_raw = raw[:cut], raw[cut:]
-    rng = np.random.default_rng(seed)
 
-    def windows(arr, n):
+    def windows(arr, n, rng):
         starts = rng.integers(0, arr.size - seq_len, size=n)
         return torch.from_numpy(np.stack([arr[s : s + seq_len + 1] for s in starts]))
 
-    return Split(windows(train_raw, n_train)), Split(windows(eval_raw, n_eval))
+    # the held-out windows do not depend on the run's seed, so every seed is scored on the same text
+    train = windows(train_raw, n_train, np.random.default_rng(seed))
+    held_out = windows(eval_raw, n_eval, np.random.default_rng(HELD_OUT_SEED))
+    return Split(train), Split(held_out)
 
 
 @dataclass
@@ -131,6 +135,9 @@ class Dataset:
         same data as an unbroken one. Each epoch is a fresh permutation; ranks take disjoint slices."""
         n = self.train.tokens.size(0)
         global_bs = batch_size * world_size
+        if global_bs > n:
+            raise ValueError(f"train.batch_size ({batch_size}) x processes ({world_size}) must be at most "
+                             f"data.train_sequences ({n})")
         per_epoch = max(1, n // global_bs)
         epoch, slot = divmod(step, per_epoch)
         if self._perm is None or self._perm[0] != (seed, epoch):
@@ -146,8 +153,10 @@ def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
     """cfg is the `data` config group."""
     if cfg.name == "markov":
         source = MarkovSource(cfg.vocab_size, cfg.order, cfg.branching, cfg.concentration, cfg.table_seed)
-        train = source.sample(cfg.train_sequences, seq_len, seed=seed * 2 + 1)
-        held_out = source.sample(cfg.eval_sequences, seq_len, seed=10_007 + cfg.table_seed)  # same for every seed
+        # two seed streams that cannot meet: a pair for training, a single number for the held-out set,
+        # which is the same for every run seed
+        train = source.sample(cfg.train_sequences, seq_len, seed=(seed, 1))
+        held_out = source.sample(cfg.eval_sequences, seq_len, seed=HELD_OUT_SEED + cfg.table_seed)
         return Dataset(train, held_out, cfg.vocab_size, float(held_out.true_nll.mean()), source)
     if cfg.name == "text":
         train, held_out = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)

@@ -1,0 +1,247 @@
+"""Data sources: the Markov chain and its exact floor, determinism, batching, the text loader."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def markov_cfg(**overrides):
+    base = dict(name="markov", seq_len=32, vocab_size=16, order=2, branching=4, concentration=0.5, table_seed=0,
+                train_sequences=256, eval_sequences=64, path=None)
+    return OmegaConf.create({**base, **overrides})
+
+
+def floor_by_hand(source: MarkovSource, tokens: torch.Tensor) -> float:
+    """Mean true NLL of every target, looked up in the successor lists one token at a time.
+
+    Shares nothing with the module's vectorised lookup: the first `order` tokens of a sequence are
+    uniform (NLL log V); after that, the context is the previous `order` tokens read as a base-V number.
+    """
+    V, k = source.vocab_size, source.order
+    total, count = 0.0, 0
+    for row in tokens.tolist():
+        for t in range(1, len(row)):  # targets are positions 1 .. T
+            if t < k:
+                total += math.log(V)
+            else:
+                ctx = 0
+                for tok in row[t - k : t]:
+                    ctx = ctx * V + tok
+                successors = list(source.successors[ctx])
+                assert row[t] in successors, "a token the table cannot produce"
+                total += -math.log(source.probs[ctx][successors.index(row[t])])
+            count += 1
+    return total / count
+
+
+def test_floor_is_the_mean_true_nll_of_the_held_out_split():
+    data = build_dataset(markov_cfg(), seq_len=32, seed=0)
+    held = data.eval.tokens
+    assert held.shape == (64, 33)
+    assert data.floor == pytest.approx(floor_by_hand(data.source, held), rel=1e-12)
+    # the module's own per-token lookups agree with the NLL recorded while sampling
+    torch.testing.assert_close(data.source.nll_of(held), data.eval.true_nll, rtol=1e-12, atol=1e-12)
+    assert data.floor == pytest.approx(data.eval.true_nll.mean().item(), rel=1e-12)
+    # sanity of scale: above 0, below the uniform guess
+    assert 0 < data.floor < math.log(16)
+
+
+def test_default_config_floor_by_hand():
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        cfg = compose("config", overrides=["data.train_sequences=64"])
+    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
+    assert data.floor == pytest.approx(floor_by_hand(data.source, data.eval.tokens), rel=1e-12)
+
+
+@pytest.mark.parametrize("vocab_size,branching", [(16, 4), (6, 5), (4, 9)])
+def test_transition_table_rows_are_distributions(vocab_size, branching):
+    source = MarkovSource(vocab_size=vocab_size, order=2, branching=branching, concentration=0.5, table_seed=3)
+    width = min(branching, vocab_size)
+    assert source.probs.shape == source.successors.shape == (vocab_size ** 2, width)
+    np.testing.assert_allclose(source.probs.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    assert np.all(source.probs > 0)
+    # each context has `branching` distinct successors; the dense table rebuilt from them sums to 1
+    dense = np.zeros((vocab_size ** 2, vocab_size))
+    for ctx in range(vocab_size ** 2):
+        assert len(set(source.successors[ctx].tolist())) == width
+        dense[ctx, source.successors[ctx]] = source.probs[ctx]
+    np.testing.assert_allclose(dense.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    # nll_of scores a forbidden transition as infinitely unlikely
+    forbidden = next(t for t in range(vocab_size) if t not in source.successors[0]) if width < vocab_size else None
+    if forbidden is not None:
+        nll = source.nll_of(torch.tensor([[0, 0, forbidden]]))
+        assert nll[0, 1] == math.inf
+
+
+def test_samples_follow_the_table():
+    """Empirical successor frequencies match the table (order 1, 8 tokens, 100k transitions)."""
+    source = MarkovSource(vocab_size=8, order=1, branching=3, concentration=1.0, table_seed=1)
+    tokens = source.sample(2000, 50, seed=4).tokens.numpy()  # (2000, 51)
+    prev, nxt = tokens[:, :-1].ravel(), tokens[:, 1:].ravel()
+    checked = 0
+    for ctx in range(8):
+        following = nxt[prev == ctx]
+        assert set(np.unique(following)) <= set(source.successors[ctx].tolist())
+        if following.size < 1000:
+            continue  # a rarely visited context: too few samples to compare frequencies
+        checked += 1
+        for succ, p in zip(source.successors[ctx], source.probs[ctx]):
+            # binomial std <= sqrt(0.25 / n); 5 sigma
+            assert abs((following == succ).mean() - p) < 5 * math.sqrt(0.25 / following.size)
+    assert checked >= 3
+    # the first token is uniform
+    first = np.bincount(tokens[:, 0], minlength=8) / 2000
+    assert np.all(np.abs(first - 1 / 8) < 0.04)
+
+
+def test_same_seed_same_data_other_seed_other_train_same_held_out():
+    a = build_dataset(markov_cfg(), seq_len=32, seed=0)
+    b = build_dataset(markov_cfg(), seq_len=32, seed=0)
+    c = build_dataset(markov_cfg(), seq_len=32, seed=1)
+    assert torch.equal(a.train.tokens, b.train.tokens)
+    assert torch.equal(a.eval.tokens, b.eval.tokens)
+    assert a.floor == b.floor
+    assert not torch.equal(a.train.tokens, c.train.tokens)
+    assert (a.train.tokens != c.train.tokens).float().mean() > 0.5
+    assert torch.equal(a.eval.tokens, c.eval.tokens)
+    assert a.floor == c.floor
+    # a different transition table is a different task
+    d = build_dataset(markov_cfg(table_seed=1), seq_len=32, seed=0)
+    assert not torch.equal(a.eval.tokens, d.eval.tokens)
+    assert d.floor != a.floor
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 5003, 5004])
+def test_no_seed_trains_on_the_held_out_set(seed):
+    """The training stream of any seed differs from the held-out stream (seed 5003 once drew the held-out
+    set itself). A likely path can still appear in both by chance, so a few shared rows are allowed."""
+    data = build_dataset(markov_cfg(train_sequences=64), seq_len=32, seed=seed)
+    held = {tuple(row) for row in data.eval.tokens.tolist()}
+    shared = sum(tuple(row) in held for row in data.train.tokens.tolist())
+    assert shared <= 3
+
+
+def id_dataset(n: int) -> Dataset:
+    """Row i of the training set is [i, i, i]: a batch's rows name the examples it drew."""
+    tokens = torch.arange(n).unsqueeze(1).repeat(1, 3)  # (n, 3)
+    return Dataset(Split(tokens), Split(tokens[:2]), vocab_size=n, floor=math.nan)
+
+
+def drawn(data: Dataset, step: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> list:
+    x, y = data.batch(step, batch_size, seed, rank, world_size)
+    assert x.shape == y.shape == (batch_size, 2)
+    return x[:, 0].tolist()
+
+
+def test_batches_are_a_pure_function_of_seed_and_step():
+    forward = id_dataset(100)
+    in_order = [drawn(forward, s, 8, seed=3) for s in range(30)]  # crosses epochs (12 batches each)
+    shuffled = id_dataset(100)
+    steps = [29, 0, 17, 5, 12, 11, 3]
+    for s in steps:
+        assert drawn(shuffled, s, 8, seed=3) == in_order[s]
+    assert drawn(id_dataset(100), 7, 8, seed=3) == in_order[7]  # a fresh object (a resumed run)
+    assert drawn(forward, 0, 8, seed=4) != in_order[0]  # the seed matters
+    # within an epoch no example repeats; the next epoch is a new order
+    epoch0 = sum(in_order[:12], [])
+    assert len(set(epoch0)) == 96
+    assert in_order[12] != in_order[0]
+    # inputs and targets are the same rows shifted by one
+    x, y = forward.batch(0, 4, seed=0)
+    full = forward.train.tokens
+    rows = x[:, 0]
+    assert torch.equal(x, full[rows, :-1]) and torch.equal(y, full[rows, 1:])
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ranks_draw_disjoint_slices_of_the_global_batch(world_size):
+    data = id_dataset(200)
+    per_rank = 16 // world_size
+    for step in (0, 1, 7, 13):
+        parts = [drawn(data, step, per_rank, seed=0, rank=r, world_size=world_size) for r in range(world_size)]
+        flat = sum(parts, [])
+        assert len(set(flat)) == 16  # disjoint
+        # together they are the batch one process draws at the same global batch size
+        assert flat == drawn(data, step, 16, seed=0)
+
+
+def test_batch_larger_than_the_training_set_is_refused():
+    with pytest.raises(ValueError, match=r"train\.batch_size"):
+        id_dataset(10).batch(0, 8, seed=0, rank=0, world_size=2)
+
+
+def text_cfg(path, **overrides):
+    base = dict(name="text", seq_len=16, vocab_size=256, path=str(path), train_sequences=50, eval_sequences=20)
+    return OmegaConf.create({**base, **overrides})
+
+
+def test_text_source_reads_bytes(tmp_path):
+    raw = bytes(range(256)) * 4 + "naïve café ünïcode".encode() * 20  # multi-byte characters included
+    file = tmp_path / "corpus.txt"
+    file.write_bytes(raw)
+    data = build_dataset(text_cfg(file), seq_len=16, seed=0)
+    assert data.vocab_size == 256
+    assert math.isnan(data.floor)
+    assert data.train.tokens.shape == (50, 17) and data.eval.tokens.shape == (20, 17)
+    assert data.train.tokens.dtype == torch.int64
+    assert int(data.train.tokens.max()) <= 255 and int(data.train.tokens.min()) >= 0
+    cut = int(len(raw) * 0.9)
+    for split, lo, hi in ((data.train, 0, cut), (data.eval, cut, len(raw))):
+        for row in split.tokens.tolist():
+            window = bytes(row)
+            assert raw.find(window, lo) != -1 and raw.find(window, lo) + len(window) <= hi  # a window of its part
+
+
+def test_text_held_out_set_does_not_depend_on_the_seed(tmp_path):
+    file = tmp_path / "corpus.txt"
+    file.write_bytes(bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8)))
+    a = build_dataset(text_cfg(file), seq_len=16, seed=0)
+    b = build_dataset(text_cfg(file), seq_len=16, seed=1)
+    assert torch.equal(a.eval.tokens, b.eval.tokens)
+    assert not torch.equal(a.train.tokens, b.train.tokens)
+    assert torch.equal(a.train.tokens, build_dataset(text_cfg(file), seq_len=16, seed=0).train.tokens)
+
+
+def test_text_source_errors(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(FileNotFoundError, match=r"data\.path: no such file: .*nope\.txt"):
+        build_dataset(text_cfg(missing), seq_len=16, seed=0)
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_bytes(b"abc")
+    with pytest.raises(ValueError, match=r"data\.path: .*has 3 bytes; need at least 36 for data\.seq_len=16"):
+        build_dataset(text_cfg(tiny), seq_len=16, seed=0)
+
+
+def test_unknown_source_is_refused():
+    with pytest.raises(ValueError, match="data must be markov or text; got 'wiki'"):
+        build_dataset(markov_cfg(name="wiki"), seq_len=8, seed=0)
+
+
+def test_briefly_trained_causal_model_stays_above_the_floor(tmp_path):
+    """andrea_tiny, 100 steps on the built-in chain: it learns (below log V) but no causal model
+    can beat the floor on held-out data."""
+    from andrea_exp.train import train
+
+    overrides = ["train.max_steps=100", "train.batch_size=16", "probe.every=0", "logger.mode=disabled",
+                 "train.eval_every=0", "train.sample_tokens=4", "data.train_sequences=2000"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        cfg = compose("config", overrides=overrides)
+    summary = train(cfg, tmp_path)
+    assert summary["run/status"] == "finished" and summary["run/steps"] == 100
+    loss, floor = summary["eval/loss_as_trained"], summary["eval/floor"]
+    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
+    assert floor == pytest.approx(floor_by_hand(data.source, data.eval.tokens), rel=1e-9)
+    assert floor < loss < math.log(cfg.data.vocab_size)
+    assert summary["eval/below_floor"] == pytest.approx(floor - loss) and summary["eval/below_floor"] < 0
+    assert summary["eval/loss_generation"] == loss  # a causal model: generation sees what training saw

@@ -1,0 +1,240 @@
+"""The ANDREA decoder: shapes, initialisation, the 120M preset and causality."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+
+from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.train import build_model
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def small_cfg(**overrides) -> ModelConfig:
+    base = dict(vocab_size=32, block_size=32, d_model=64, n_layer=2, n_head=4, d_k=16, d_v=16)
+    return ModelConfig(**{**base, **overrides})
+
+
+def shapes(model) -> dict:
+    return {name: tuple(p.shape) for name, p in model.state_dict().items()}
+
+
+def test_d_k_changes_only_query_and_key_weights():
+    reference = shapes(Andrea(small_cfg(d_k=16)))
+    for d_k in (1, 8, 64, 256, 4096):
+        got = shapes(Andrea(small_cfg(d_k=d_k)))
+        assert got.keys() == reference.keys()
+        changed = {name for name in got if got[name] != reference[name]}
+        assert changed == {f"blocks.{i}.attn.{w}.weight" for i in range(2) for w in ("q", "k")}, d_k
+        for name in changed:
+            assert got[name] == (4 * d_k, 64)  # (n_head * d_k, d_model)
+
+
+def test_d_k_with_qk_layernorm_changes_only_query_key_parts():
+    reference = shapes(Andrea(small_cfg(d_k=16, qk_layernorm=True)))
+    got = shapes(Andrea(small_cfg(d_k=128, qk_layernorm=True)))
+    changed = {name for name in got if got[name] != reference[name]}
+    expected = {f"blocks.{i}.attn.{w}" for i in range(2)
+                for w in ("q.weight", "k.weight", "q_norm.weight", "q_norm.bias", "k_norm.weight", "k_norm.bias")}
+    assert changed == expected
+    assert got["blocks.0.attn.q_norm.weight"] == (128,)
+
+
+def test_d_v_changes_only_value_and_output_weights():
+    reference = shapes(Andrea(small_cfg(d_v=16)))
+    got = shapes(Andrea(small_cfg(d_v=40)))
+    changed = {name for name in got if got[name] != reference[name]}
+    assert changed == {f"blocks.{i}.attn.{w}.weight" for i in range(2) for w in ("v", "o")}
+    assert got["blocks.0.attn.v.weight"] == (4 * 40, 64)
+    assert got["blocks.0.attn.o.weight"] == (64, 4 * 40)
+
+
+def layernormed_inputs(n: int, d_model: int) -> torch.Tensor:
+    """What a block's attention sees at init: LayerNorm output with weight 1, bias 0."""
+    x = torch.randn(n, d_model, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    return F.layer_norm(x, (d_model,))  # (n, d_model), each row mean 0, variance 1
+
+
+@pytest.mark.parametrize("d_model,d_k", [(64, 16), (256, 64), (768, 64), (256, 1024)])
+def test_qk_init_unit_gives_unit_variance_components(d_model, d_k):
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(d_model=d_model, d_k=d_k, n_head=2, qk_init="unit"))
+    x = layernormed_inputs(2048, d_model)
+    for block in model.blocks:
+        for lin in (block.attn.q, block.attn.k):
+            comp = lin(x)  # (n, n_head * d_k)
+            # std over ~2048 x 2*d_k samples of a variable with std 1: sampling error well under 5%
+            assert comp.std().item() == pytest.approx(1.0, abs=0.05)
+            assert lin.weight.std().item() == pytest.approx(1 / math.sqrt(d_model), rel=0.05)
+    # the premise of claim C2: unscaled q.k has std ~sqrt(d_k)
+    q = model.blocks[0].attn.q(x)[:, :d_k]
+    k = model.blocks[0].attn.k(x)[:, :d_k]
+    dots = (q * k).sum(-1)
+    assert dots.std().item() == pytest.approx(math.sqrt(d_k), rel=0.15)
+
+
+def test_qk_init_gpt2_and_torch():
+    torch.manual_seed(0)
+    d_model, n_layer = 256, 3
+    gpt2 = Andrea(small_cfg(d_model=d_model, d_k=64, n_layer=n_layer, qk_init="gpt2"))
+    for lin in (gpt2.blocks[0].attn.q, gpt2.blocks[0].attn.k):
+        assert lin.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    # the rest of GPT-2's init, whatever qk_init says
+    for model in (gpt2, Andrea(small_cfg(d_model=d_model, d_k=64, n_layer=n_layer, qk_init="unit"))):
+        assert model.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.05)
+        assert model.blocks[0].attn.v.weight.std().item() == pytest.approx(0.02, rel=0.05)
+        assert model.blocks[0].mlp.fc.weight.std().item() == pytest.approx(0.02, rel=0.05)
+        residual = 0.02 / math.sqrt(2 * n_layer)
+        assert model.blocks[0].attn.o.weight.std().item() == pytest.approx(residual, rel=0.05)
+        assert model.blocks[0].mlp.proj.weight.std().item() == pytest.approx(residual, rel=0.05)
+        assert torch.all(model.blocks[0].mlp.fc.bias == 0)
+        assert model.head.weight is model.tok_emb.weight  # tied
+    # PyTorch's Linear default: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), std 1/sqrt(3 fan_in)
+    torch_init = Andrea(small_cfg(d_model=d_model, d_k=64, qk_init="torch"))
+    w = torch_init.blocks[0].attn.q.weight
+    assert w.std().item() == pytest.approx(1 / math.sqrt(3 * d_model), rel=0.05)
+    assert w.abs().max().item() <= 1 / math.sqrt(d_model)
+
+
+def test_bad_qk_init_names_the_setting():
+    with pytest.raises(ValueError, match=r"model\.qk_init must be one of unit, gpt2, torch; got 'xavier'"):
+        Andrea(small_cfg(qk_init="xavier"))
+
+
+def test_qk_layernorm_normalises_each_head_vector():
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(qk_layernorm=True, d_k=32)).eval()
+    idx = torch.randint(0, 32, (2, 10))
+    captured = model.set_capture(True)
+    model(idx)
+    for stages in captured:
+        for name in ("q", "k"):
+            t = stages[name]  # (B, H, T, d_k)
+            assert t.shape == (2, 4, 10, 32)
+            torch.testing.assert_close(t.mean(-1), torch.zeros(2, 4, 10), atol=1e-5, rtol=0)
+            torch.testing.assert_close(t.var(-1, unbiased=False), torch.ones(2, 4, 10), atol=1e-3, rtol=0)
+    model.set_capture(False)
+    plain = Andrea(small_cfg(qk_layernorm=False))
+    assert isinstance(plain.blocks[0].attn.q_norm, torch.nn.Identity)
+
+
+def compose_config(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose("config", overrides=list(overrides))
+
+
+def gpt2_124m_param_count(V=50304, T=1024, d=768, L=12) -> int:
+    """Counted by hand: tied embeddings, bias-free attention projections, MLP with biases, LayerNorms."""
+    embeddings = V * d + T * d
+    attention = 4 * d * d  # q, k, v, o with d_k = d_v = d / n_head
+    mlp = d * 4 * d + 4 * d + 4 * d * d + d
+    norms = 2 * 2 * d
+    return embeddings + L * (attention + mlp + norms) + 2 * d  # + final LayerNorm
+
+
+def test_andrea_120m_preset_on_meta_device():
+    cfg = compose_config("model=andrea_120m", "model.vocab_size=50304", "data.seq_len=1024")
+    assert (cfg.model.d_model, cfg.model.n_layer, cfg.model.n_head, cfg.model.d_k, cfg.model.d_v) == (
+        768, 12, 12, 64, 64)
+    with torch.device("meta"):
+        model = build_model(cfg, vocab_size=32)  # model.vocab_size wins over the data's
+    assert model.cfg.vocab_size == 50304
+    n = model.num_params()
+    assert n == gpt2_124m_param_count() == 124_439_040
+    heads_out = []
+    model.blocks[0].attn.o.register_forward_pre_hook(lambda mod, args: heads_out.append(args[0].shape))
+    idx = torch.zeros(2, 1024, dtype=torch.long, device="meta")
+    logits, _ = model(idx)
+    assert heads_out == [torch.Size([2, 1024, 768])]  # (B, T, n_head * d_v): the heads concatenated
+    assert logits.shape == (2, 1024, 50304)
+
+
+def test_andrea_120m_with_qk_layernorm_adds_only_norm_parameters():
+    cfg = compose_config("model=andrea_120m", "model.vocab_size=50304", "model.qk_layernorm=true")
+    with torch.device("meta"):
+        model = build_model(cfg, vocab_size=50304)
+    assert model.num_params() == 124_439_040 + 12 * 2 * 2 * 64  # q_norm and k_norm: weight and bias of d_k
+
+
+def perturbed_logits(model, j: int, **kwargs):
+    gen = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, model.cfg.vocab_size, (2, 12), generator=gen)
+    other = idx.clone()
+    other[:, j] = (idx[:, j] + 1) % model.cfg.vocab_size
+    with torch.no_grad():
+        a, _ = model(idx, **kwargs)
+        b, _ = model(other, **kwargs)
+    return (a - b).abs().amax(dim=(0, 2))  # (T,): the largest change at each position
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "fused"])
+def test_causal_model_changes_only_later_positions(attn_impl):
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(causal=True, attn_impl=attn_impl)).eval()
+    for j in (0, 5, 11):
+        change = perturbed_logits(model, j)
+        assert torch.all(change[:j] == 0), (j, change)
+        assert torch.all(change[j:] > 1e-6), (j, change)
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "fused"])
+def test_non_causal_model_changes_earlier_positions(attn_impl):
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(causal=False, attn_impl=attn_impl)).eval()
+    change = perturbed_logits(model, 5)
+    assert torch.all(change > 1e-6), change
+
+
+def test_forward_causal_override():
+    torch.manual_seed(0)
+    causal_model = Andrea(small_cfg(causal=True)).eval()
+    assert torch.all(perturbed_logits(causal_model, 5, causal=False)[:5] > 1e-6)
+    open_model = Andrea(small_cfg(causal=False)).eval()
+    assert torch.all(perturbed_logits(open_model, 5, causal=True)[:5] == 0)
+    # the override lasts one call: the model's own setting is back afterwards
+    assert torch.all(perturbed_logits(open_model, 5)[:5] > 1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("scale", ["sqrt", "none", "inv"])
+def test_explicit_and_fused_models_agree(causal, scale):
+    torch.manual_seed(0)
+    explicit = Andrea(small_cfg(causal=causal, scale=scale, attn_impl="explicit", d_k=24, d_v=8))
+    fused = Andrea(small_cfg(causal=causal, scale=scale, attn_impl="fused", d_k=24, d_v=8))
+    fused.load_state_dict(explicit.state_dict())
+    idx = torch.randint(0, 32, (3, 20))
+    la, loss_a = explicit(idx, idx)
+    lb, loss_b = fused(idx, idx)
+    torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-5)
+    loss_a.backward()
+    loss_b.backward()
+    for (name, pa), pb in zip(explicit.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-3, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_loss_is_mean_cross_entropy_by_hand():
+    torch.manual_seed(0)
+    model = Andrea(small_cfg()).eval()
+    idx = torch.randint(0, 32, (2, 7))
+    targets = torch.randint(0, 32, (2, 7))
+    logits, loss = model(idx, targets)
+    log_probs = logits.double().log_softmax(-1)
+    by_hand = -sum(log_probs[b, t, targets[b, t]] for b in range(2) for t in range(7)) / 14
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5)
+
+
+def test_param_groups_cover_every_parameter_once():
+    model = Andrea(small_cfg(qk_layernorm=True))
+    decay, no_decay = (g["params"] for g in model.param_groups(0.1))
+    ids = [id(p) for p in decay + no_decay]
+    assert len(ids) == len(set(ids)) == len({id(p) for p in model.parameters()})
+    assert all(p.dim() >= 2 for p in decay)
+    assert all(p.dim() < 2 for p in no_decay)  # biases and LayerNorm weights are not decayed
+    assert model.param_groups(0.1)[0]["weight_decay"] == 0.1
+    assert model.param_groups(0.1)[1]["weight_decay"] == 0.0
