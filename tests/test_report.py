@@ -162,9 +162,9 @@ def test_report_on_a_real_tiny_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "andrea_exp", "-m", "model.d_k=8,32", "model.scale=true,false",
            "model.causal=true,false", "train.max_steps=30", "train.eval_every=15", "probe.every=15",
-           "probe.maps_every=15", "logger.mode=disabled", "data.train_sequences=512", "data.eval_sequences=16",
-           "data.seq_len=32", "train.batch_size=8", f"hydra.sweep.dir={sweep}"]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+           "probe.maps_every=30", "logger.mode=disabled", "data.train_sequences=256", "data.eval_sequences=8",
+           "data.seq_len=16", "train.batch_size=8", "train.sample_tokens=0", f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "report"
     done = subprocess.run([sys.executable, "-m", "andrea_exp.report", str(sweep), "--out", str(out)], cwd=REPO,
