@@ -276,7 +276,8 @@ def train(cfg, run_dir: Path) -> dict:
                 if probe is not None and step % cfg.probe.every == 0:
                     log(probe.measure(step), step)
                 if probe is not None and cfg.probe.maps_every and step % cfg.probe.maps_every == 0:
-                    tracker.log_images(timed_aside(lambda: probe.draw_maps(step)), step)
+                    # drawing the PNGs and handing them to W&B is not training: kept out of tokens/s
+                    timed_aside(lambda: tracker.log_images(probe.draw_maps(step), step))
                 x, y = data.batch(step, local_bs, cfg.seed, rt.rank, rt.world_size)
                 with rt.autocast():
                     _, loss = train_model(x, y)
@@ -309,6 +310,8 @@ def train(cfg, run_dir: Path) -> dict:
 
         summary = {"run/status": status, "run/steps": step, "run/wall_s": time.perf_counter() - started,
                    "train/world_size": rt.world_size, "model/params": model.num_params(),
+                   "system/gpu": torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu",
+                   "system/torch": torch.__version__,
                    "data/log_vocab": math.log(data.vocab_size)}
         if error:
             summary["run/error"] = error
