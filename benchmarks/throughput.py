@@ -79,7 +79,8 @@ def main() -> None:
                "n_head": cfg.model.n_head, "d_k": cfg.model.d_k, "seq_len": args.seq_len, "vocab_size": args.vocab,
                "batch_size": args.batch_size, "compile": not args.no_compile, "steps": args.steps,
                "warmup_steps_excluded": args.warmup, "peak_flops": peak, "torch": torch.__version__,
-               "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}
+               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+               or "unknown (not a git checkout)"}
     runs = {}
     for label, every in (("probes_on", args.probe_every), ("probes_off", 0)):
         runs[label] = run_once(common + [f"probe.every={every}"], args.warmup)
