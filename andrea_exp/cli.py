@@ -93,6 +93,11 @@ _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="co
 
 def main() -> None:
     # bad settings as one line before Hydra makes a run directory (HYDRA_FULL_ERROR=1 keeps Hydra's own report)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
+        # each process would stamp its own time into the default run directory
+        print("error: hydra.run.dir must be given under torchrun so every process shares one run directory "
+              "(e.g. hydra.run.dir=runs/ddp)", file=sys.stderr)
+        sys.exit(2)
     if os.environ.get("HYDRA_FULL_ERROR") != "1":
         problem = command_line_error(sys.argv[1:], CONF_DIR)
         if problem:

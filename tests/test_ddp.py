@@ -45,3 +45,13 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert summary["train/world_size"] == 2
     assert json.loads((single / "summary.json").read_text())["train/world_size"] == 1
     assert done.stdout.count("[andrea-exp] finished") == 1  # only rank 0 reports
+
+
+def test_torchrun_without_run_dir_is_one_line_error(tmp_path):
+    env = _env() | {"WORLD_SIZE": "2", "RANK": "0"}
+    done = subprocess.run([sys.executable, "-m", "andrea_exp", "train.max_steps=1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "hydra.run.dir" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "outputs").exists()
