@@ -26,26 +26,58 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _plot_series(ax, series: dict, *, style=None) -> None:
+def _colours(labels) -> dict:
+    """One colour per label, the same in every panel of a figure (so one legend serves them all)."""
+    cycle = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "olive", "navy", "maroon", "teal"]
+    return {label: cycle[i % len(cycle)] for i, label in enumerate(dict.fromkeys(labels))}
+
+
+def _line_style(label: str) -> str:
+    """Dashed for the runs without the divisor, so scaled/unscaled twins read apart at a glance."""
+    return "--" if "scale=none" in label else "-"
+
+
+def _plot_series(ax, series: dict, colours: dict) -> None:
     for label, points in series.items():
         points = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
         if not points:
             continue
         xs, ys, spread = zip(*points)
-        kwargs = (style or {}).get(label, {})
-        ax.errorbar(xs, ys, yerr=[s if math.isfinite(s) else 0 for s in spread], marker="o", capsize=3,
-                    label=label, **kwargs)
+        ax.errorbar(xs, ys, yerr=[s if math.isfinite(s) else 0 for s in spread], marker="o", ms=4, capsize=3,
+                    color=colours[label], ls=_line_style(label), label=label)
+
+
+def _shared_legend(fig, axes, n_rows: int) -> None:
+    """One legend below all panels: many series in a small panel's own legend would hide the data."""
+    handles, labels = {}, []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    if labels:
+        fig.legend([handles[lb] for lb in labels], labels, loc="outside lower center", fontsize=8,
+                   ncol=2 if len(labels) > 4 else len(labels), frameon=False)
+
+
+def _legend_height(n_labels: int) -> float:
+    return 0.3 + 0.2 * math.ceil(n_labels / 2) if n_labels > 4 else 0.5
 
 
 def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
     """Generic grid of panels: each {title, xlabel, ylabel, series, logx, logy, refs: [(label, xs, ys)]}."""
+    n_cols = min(n_cols, len(panels))
     n_rows = math.ceil(len(panels) / n_cols)
-    fig, axes = _figure(n_rows, n_cols)
+    labels = [label for panel in panels for label in panel.get("series", {})]
+    refs = {label for panel in panels for label, _, _ in panel.get("refs", [])}
+    colours = _colours(labels)
+    fig, axes = _figure(n_rows, n_cols, height=3.6)
+    fig.set_figheight(3.6 * n_rows + _legend_height(len(set(labels) | refs)))
     flat = [ax for row in axes for ax in row]
     for ax, panel in zip(flat, panels):
-        _plot_series(ax, panel.get("series", {}), style=panel.get("style"))
+        _plot_series(ax, panel.get("series", {}), colours)
         for label, xs, ys in panel.get("refs", []):
-            ax.plot(xs, ys, "k--", lw=1, label=label)
+            ax.plot(xs, ys, color="k", ls=":", lw=1, label=label)
         if panel.get("logx"):
             ax.set_xscale("log", base=2 if panel.get("logx") == 2 else 10)
         if panel.get("logy"):
@@ -53,31 +85,39 @@ def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
         ax.set_title(panel.get("title", ""), fontsize=10)
         ax.set_xlabel(panel.get("xlabel", ""))
         ax.set_ylabel(panel.get("ylabel", ""))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     for ax in flat[len(panels):]:
         ax.set_visible(False)
+    _shared_legend(fig, flat[:len(panels)], n_rows)
     return _save(fig, path)
 
 
-def loss_curves(path: Path, curves: dict, *, floor: float | None = None, title: str = "training loss") -> Path:
-    """curves: cell label -> (steps, mean loss, std loss). One line per cell, a band for the seed spread."""
-    fig, axes = _figure(width=8, height=5)
-    ax = axes[0][0]
-    for label, (steps, mean, std) in curves.items():
-        line = ax.plot(steps, mean, lw=1.2, label=label)[0]
-        if any(s > 0 for s in std):
-            lo = [m - s for m, s in zip(mean, std)]
-            hi = [m + s for m, s in zip(mean, std)]
-            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
-    if floor is not None and math.isfinite(floor):
-        ax.axhline(floor, color="k", ls="--", lw=1, label=f"entropy floor {floor:.3f}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("train/loss (nats)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
+def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int = 3) -> Path:
+    """panels: each {title, curves: label -> (steps, mean, std), floor}. Mean line and a one-std band per curve."""
+    n_cols = min(n_cols, len(panels))
+    n_rows = math.ceil(len(panels) / n_cols)
+    labels = [label for panel in panels for label in panel["curves"]]
+    colours = _colours(labels)
+    fig, axes = _figure(n_rows, n_cols, width=4.8, height=3.6)
+    fig.set_figheight(3.6 * n_rows + _legend_height(len(set(labels)) + 1))
+    flat = [ax for row in axes for ax in row]
+    for ax, panel in zip(flat, panels):
+        for label, (steps, mean, std) in panel["curves"].items():
+            ax.plot(steps, mean, lw=1.2, color=colours[label], ls=_line_style(label), label=label)
+            if any(s > 0 for s in std):
+                ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                                color=colours[label], alpha=0.2)
+        floor = panel.get("floor")
+        if floor is not None and math.isfinite(floor):
+            ax.axhline(floor, color="k", ls=":", lw=1, label="entropy floor")
+        ax.set_title(panel["title"], fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("train/loss (nats)")
+        ax.grid(alpha=0.3)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
+    _shared_legend(fig, flat[:len(panels)], n_rows)
     return _save(fig, path)
 
 

@@ -1,9 +1,10 @@
 """`python -m andrea_exp.report SWEEP_DIR... --out DIR` (`andrea-report`): runs on disk -> report.md + figures.
 
 Reads run directories (anything under the given paths with `.hydra/` and a summary or metrics file),
-groups them into cells by the axes that vary (seeds are replicates), measures the claims that need no
-training directly, and writes DIR/report.md with one section per claim C1-C9, DIR/figures/*.png and
-copies of the runs' attention maps.
+groups them into experiments (runs agreeing on every scientific setting but the study axes) and cells
+within them (seeds are replicates; settings listed in report_runs.NON_SCIENTIFIC_KEYS are ignored),
+measures the claims that need no training directly, and writes DIR/report.md with one section per
+claim C1-C9, DIR/figures/*.png and copies of the runs' attention maps.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from pathlib import Path
 from andrea_exp import report_rules
 from andrea_exp.report_claims import ClaimResult, Study, all_claims, md_table
 from andrea_exp.report_lr import lr_section
-from andrea_exp.report_runs import Cell, group_cells, load_runs, stat, varying_axes
+from andrea_exp.report_rules import Check
+from andrea_exp.report_runs import Cell, Experiment, group_experiments, load_runs, short, stat
 
 REPO_DIR = Path(__file__).resolve().parent.parent
-GPU_KEYS = ("system/gpu", "system/gpu_name", "system/device", "train/device_name", "train/gpu")
+GPU_KEY = "system/gpu"  # the training loop records torch.cuda.get_device_name() there, or "cpu"
 
 
 def git_commit() -> str:
@@ -36,34 +38,57 @@ def git_commit() -> str:
     return head + (" (with uncommitted changes)" if dirty else "")
 
 
-def machine_of(runs) -> str:
-    """The GPU name(s) the runs recorded in their summaries, else CPU."""
-    names = Counter()
-    for run in runs:
-        for key, value in run.summary.items():
-            if (key in GPU_KEYS or "gpu" in key.lower()) and isinstance(value, str) and value:
-                names[value] += 1
-                break
-    if not names:
-        return "CPU (no GPU name recorded in the runs' summaries)"
-    return ", ".join(f"{name} ({n} runs)" for name, n in names.most_common())
+def machine_of(runs, given: str | None = None) -> str:
+    """The machine as the runs recorded it (summary `system/gpu`); runs without a record use `given`."""
+    names = Counter(str(run.summary[GPU_KEY]) for run in runs if run.summary.get(GPU_KEY))
+    unrecorded = sum(1 for run in runs if not run.summary.get(GPU_KEY))
+    parts = [f"{name} ({n} runs, recorded in summary.json)" for name, n in names.most_common()]
+    if unrecorded:
+        parts.append(f"{given} ({unrecorded} runs, given with --machine: these runs do not record it)" if given
+                     else f"unknown for {unrecorded} runs (they do not record {GPU_KEY}; state it with --machine)")
+    return "; ".join(parts) or "no runs"
 
 
-def header(argv: list[str], study: Study) -> str:
-    seeds = Counter(len(cell.runs) for cell in study.cells)
-    seeds_text = ", ".join(f"{n} seed{'s' if n != 1 else ''} in {c} cell{'s' if c != 1 else ''}"
-                           for n, c in sorted(seeds.items())) or "no runs"
+def _seeds_text(cells: list[Cell]) -> str:
+    counts = Counter(len(cell.runs) for cell in cells)
+    return ", ".join(f"{n} in {c} cell{'s' if c != 1 else ''}" for n, c in sorted(counts.items()))
+
+
+def header(argv: list[str], study: Study, machine: str | None, notes: list[str]) -> str:
     statuses = Counter(run.status for run in study.runs)
-    axes = varying_axes(study.runs)
-    return "\n".join([
-        "# ANDREA attention claims: report", "",
-        f"- command: `{' '.join(shlex.quote(a) for a in argv)}`",
-        f"- git commit: {git_commit()}",
-        f"- machine: {machine_of(study.runs)}",
-        f"- runs read: {len(study.runs)} ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items())) or 'none'}) "
-        f"in {len(study.cells)} cells",
-        f"- seeds per cell: {seeds_text}",
-        f"- axes that vary: {', '.join(axes) if axes else 'none'}", ""])
+    lines = ["# ANDREA attention claims: report", "",
+             f"- command: `{' '.join(shlex.quote(a) for a in argv)}`",
+             f"- report code: git commit {git_commit()}",
+             f"- machine: {machine_of(study.runs, machine)}"]
+    lines += [f"- note: {note}" for note in notes]
+    lines += [f"- runs read: {len(study.runs)} ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items())) or 'none'})"
+              f" in {len(study.experiments)} experiments, {len(study.cells)} cells", "",
+              experiments_table(study.experiments), ""]
+    return "\n".join(lines)
+
+
+def experiments_table(experiments: list[Experiment]) -> str:
+    """One row per experiment: what it can say, what tells it apart, its axes, and seeds per cell."""
+    rows = []
+    for e in experiments:
+        setup = ", ".join(f"{short(k)}={v}" for k, v in e.setup.items()) or "-"
+        seeds = sorted({run.seed for cell in e.cells for run in cell.runs}, key=str)
+        rows.append([e.label, e.kind, setup, ", ".join(short(a) for a in e.axes) or "-", len(e.cells),
+                     sum(len(c.runs) for c in e.cells),
+                     _seeds_text(e.cells) + f" (seeds {', '.join(map(str, seeds))})"])
+    use = ("Experiments (runs agreeing on every scientific setting except the study axes; launcher, logging and "
+           "probe-cadence settings are ignored). Training experiments vote on every claim; init-only ones on the "
+           "claims measured at step 0; LR sweeps feed the LR-sensitivity section.")
+    return use + "\n\n" + md_table(["experiment", "kind", "settings that tell it apart", "axes", "cells", "runs",
+                                      "seeds per cell"], rows)
+
+
+def _run_dirs(cell: Cell) -> str:
+    """'claims_grid_seeds/{0,1}, claims_grid_parallel/{0}': the sweep directory, then the job numbers."""
+    by_parent: dict[str, list[str]] = {}
+    for run in cell.runs:
+        by_parent.setdefault(run.path.parent.name, []).append(run.path.name)
+    return ", ".join(f"{parent}/{{{','.join(jobs)}}}" for parent, jobs in by_parent.items())
 
 
 def cells_table(cells: list[Cell]) -> str:
@@ -71,9 +96,10 @@ def cells_table(cells: list[Cell]) -> str:
     for cell in cells:
         loss = stat(run.last("eval/loss_as_trained") for run in cell.runs)
         status = Counter(run.status for run in cell.runs)
-        rows.append([cell.label, len(cell.runs), ", ".join(f"{k} {v}" for k, v in status.items()), str(loss),
-                     ", ".join(str(run.path) for run in cell.runs[:3]) + (" ..." if len(cell.runs) > 3 else "")])
-    return "## Runs and cells\n\n" + md_table(["cell", "seeds", "status", "final held-out loss", "run dirs"], rows)
+        rows.append([cell.experiment, cell.label, ", ".join(map(str, cell.seeds)),
+                     ", ".join(f"{k} {v}" for k, v in status.items()), str(loss), _run_dirs(cell)])
+    return "## Runs and cells\n\n" + md_table(["experiment", "cell", "seeds", "status", "final held-out loss",
+                                                "run dirs"], rows)
 
 
 def copy_attention_maps(cells: list[Cell], out: Path) -> list[tuple[str, list[Path]]]:
@@ -88,24 +114,51 @@ def copy_attention_maps(cells: list[Cell], out: Path) -> list[tuple[str, list[Pa
         chosen = [p for p in pngs if p.name.split("_")[0] in (steps[0], steps[-1])]
         target = out / "attention_maps" / f"cell{i:03d}"
         target.mkdir(parents=True, exist_ok=True)
-        copied.append((cell.label, [Path(shutil.copy2(p, target / p.name)) for p in chosen]))
+        copied.append((f"[{cell.experiment}] {cell.label}", [Path(shutil.copy2(p, target / p.name)) for p in chosen]))
     return copied
+
+
+def _where_text(where: dict) -> str:
+    skip = ("part", "experiment") + (("source",) if "experiment" in where else ())
+    return " ".join(f"{k}={v}" for k, v in where.items() if k not in skip) or "-"
+
+
+def checks_table(checks: list[Check]) -> str:
+    """Every check of a claim: part, experiment, place, the number, its threshold, pass."""
+    has_part = any("part" in c.where for c in checks)
+    has_exp = any("experiment" in c.where for c in checks)
+    header = (["part"] if has_part else []) + (["experiment"] if has_exp else []) + \
+        ["where", "value (mean ± std over seeds, n)", "threshold", "pass"]
+    rows = [([c.where.get("part", "")] if has_part else []) + ([c.where.get("experiment", "")] if has_exp else []) +
+            [_where_text(c.where), c.value or "-", c.threshold or "-", "yes" if c.ok else "**no**"] for c in checks]
+    return md_table(header, rows)
 
 
 def claim_section(result: ClaimResult, out: Path) -> str:
     v = result.verdict
+    passed = sum(c.ok for c in result.checks)
     lines = [f"## {result.id}: {result.title}", "",
              f"**Verdict: {v.verdict}**" + (f" ({v.condition})" if v.condition else ""), "",
-             f"Rule: {result.rule} Checks passed: {sum(c.ok for c in result.checks)} of {len(result.checks)}.", "",
-             f"Measured: {result.measured}", ""]
-    for table in result.tables:
-        lines += [table, ""]
-    lines += [f"Note: {note}" for note in result.notes] + ([""] if result.notes else [])
+             f"Checks passed: {passed} of {len(result.checks)}. Rule: {result.rule}", ""]
+    failed = [c for c in result.checks if not c.ok]
+    if failed and passed:
+        lines += [f"Where it does not hold ({len(failed)} checks):", ""]
+        lines += [f"- {c.where.get('part', '') + ': ' if 'part' in c.where else ''}"
+                  f"{'[' + str(c.where['experiment']) + '] ' if 'experiment' in c.where else ''}"
+                  f"{_where_text(c.where)}: {c.value or 'fails'}" + (f" (needs {c.threshold})" if c.threshold else "")
+                  for c in failed[:12]]
+        lines += [f"- ... and {len(failed) - 12} more in the table below" if len(failed) > 12 else "", ""]
+    if result.checks:
+        lines += [checks_table(result.checks), ""]
     for path in result.figures:
         rel = path.relative_to(out)
         lines += [f"Figure: ![{result.id}]({rel.as_posix()})", ""]
     if not result.figures:
         lines += ["Figure: none (nothing measured to draw)", ""]
+    lines += [f"Measured: {result.measured}", ""]
+    for table in result.tables:
+        lines += [table, ""]
+    lines += [f"Note: {note}" for note in result.notes] + ([""] if result.notes else [])
     return "\n".join(lines)
 
 
@@ -114,14 +167,15 @@ def summary_table(results: list[ClaimResult]) -> str:
     return "## Verdicts\n\n" + md_table(["claim", "statement", "verdict", "condition / detail"], rows)
 
 
-def write_report(roots: list[str], out: Path, argv: list[str]) -> Path:
+def write_report(roots: list[str], out: Path, argv: list[str], machine: str | None = None,
+                 notes: list[str] | None = None) -> Path:
     runs = load_runs(roots)
-    study = Study(runs, group_cells(runs) if runs else [], out)
+    study = Study(runs, group_experiments(runs) if runs else [], out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     results = all_claims(study)
     lr_text, _ = lr_section(study.cells, study.fig("lr_sensitivity.png"))
     maps = copy_attention_maps(study.cells, out)
-    parts = [header(argv, study), summary_table(results), "", cells_table(study.cells), ""]
+    parts = [header(argv, study, machine, notes or []), summary_table(results), "", cells_table(study.cells), ""]
     parts += [claim_section(r, out) for r in results]
     parts.append(lr_text)
     parts.append("## Attention maps\n")
@@ -141,11 +195,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="andrea-report", description=__doc__.split("\n")[0])
     parser.add_argument("sweep_dirs", nargs="+", help="sweep or run directories (searched recursively)")
     parser.add_argument("--out", required=True, type=Path, help="directory for report.md and figures/")
+    parser.add_argument("--machine", help="the machine the runs ran on, stated in the header for runs whose "
+                        "summary.json does not record system/gpu (e.g. 'NVIDIA H200')")
+    parser.add_argument("--note", action="append", default=[],
+                        help="a line for the header, e.g. the commit the runs were made with (repeatable)")
     args = parser.parse_args(argv)
     missing = [d for d in args.sweep_dirs if not Path(d).is_dir()]
     if missing:
         parser.error(f"SWEEP_DIR must be existing directories; not found: {', '.join(missing)}")
-    path = write_report(args.sweep_dirs, args.out, ["andrea-report", *argv])
+    path = write_report(args.sweep_dirs, args.out, ["andrea-report", *argv], args.machine, args.note)
     print(f"[andrea-report] wrote {path}")
 
 

@@ -13,7 +13,20 @@ from pathlib import Path
 from andrea_exp import claims_static, figures
 from andrea_exp.attention import scale_factor
 from andrea_exp.report_rules import CONDITIONAL, HOLDS, NOT_MEASURED, Check, Verdict, verdict
-from andrea_exp.report_runs import Cell, Run, Stat, short, sort_key, stat
+from andrea_exp.report_runs import (
+    INIT_ONLY,
+    LR_SWEEP,
+    TRAINING,
+    Cell,
+    Experiment,
+    Run,
+    Stat,
+    short,
+    sort_key,
+    stat,
+)
+
+DEFAULT_TRAIN_CONF = Path(__file__).resolve().parent.parent / "conf" / "train" / "default.yaml"
 
 # Thresholds (each named in the report next to the verdict it decides).
 C2_SYNTH_TOL = 0.10  # random vectors: |std / claimed - 1| <= 10 %
@@ -46,14 +59,38 @@ class ClaimResult:
     notes: list[str] = field(default_factory=list)
 
 
+def default_lr() -> float | None:
+    """train.lr of conf/train/default.yaml: an LR sweep's cells at this LR may vote on the claims."""
+    if not DEFAULT_TRAIN_CONF.exists():
+        return None
+    from omegaconf import OmegaConf
+    return float(OmegaConf.load(DEFAULT_TRAIN_CONF).lr)
+
+
 @dataclass
 class Study:
     runs: list[Run]
-    cells: list[Cell]
+    experiments: list[Experiment]
     out: Path  # report directory; figures go to out/figures
 
     def fig(self, name: str) -> Path:
         return self.out / "figures" / name
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [cell for e in self.experiments for cell in e.cells]
+
+    @property
+    def claim_cells(self) -> list[Cell]:
+        """Cells that vote on the claims: training and init-only experiments, and an LR sweep's cells only at
+        the default LR (the other LRs belong to the LR-sensitivity section)."""
+        lr = default_lr()
+        return [c for c in self.cells if c.kind in (TRAINING, INIT_ONLY) or
+                (c.kind == LR_SWEEP and lr is not None and math.isclose(float(c.get("train.lr")), lr))]
+
+    @property
+    def claim_runs(self) -> list[Run]:
+        return [run for cell in self.claim_cells for run in cell.runs]
 
 
 def md_table(header: list[str], rows: list[list]) -> str:
@@ -71,14 +108,18 @@ def cell_stat(cell: Cell, fn) -> Stat:
 
 
 def context_of(cell: Cell, drop: tuple[str, ...]) -> dict:
-    """The cell's axes minus the ones a claim compares across, with short names; d_k always first."""
-    ctx = {"d_k": cell.get("model.d_k")}
+    """The cell's experiment, then its axes minus the ones a claim compares across, with short names; d_k
+    always (right after the experiment)."""
+    ctx = {"experiment": cell.experiment, "d_k": cell.get("model.d_k")}
     ctx.update({short(k): v for k, v in cell.axes.items() if k not in drop and k != "model.d_k"})
     return ctx
 
 
 def context_label(ctx: dict, skip=("d_k",)) -> str:
-    return " ".join(f"{k}={v}" for k, v in ctx.items() if k not in skip) or "all"
+    """"[claims_grid] causal=True qk_init=unit": the experiment in brackets, then the other axes."""
+    axes = " ".join(f"{k}={v}" for k, v in ctx.items() if k not in skip and k != "experiment")
+    exp = f"[{ctx['experiment']}]" if ctx.get("experiment") and "experiment" not in skip else ""
+    return " ".join(t for t in (exp, axes) if t) or "all"
 
 
 def scale_pairs(cells: list[Cell]) -> list[tuple[dict, Cell, Cell]]:
@@ -113,8 +154,8 @@ def final_loss(run: Run) -> float | None:
 
 
 def trained(cell: Cell) -> bool:
-    """Whether the cell's runs took any training step (experiment=scaling_at_init takes none)."""
-    return any((r.summary.get("run/steps") or 0) > 0 for r in cell.runs)
+    """Whether the cell's runs were meant to train (experiment=scaling_at_init takes no step)."""
+    return cell.kind != INIT_ONLY and any((r.config.get("train.max_steps") or 0) > 0 for r in cell.runs)
 
 
 def run_progress(run: Run) -> float:
@@ -135,14 +176,14 @@ def claim_c1(study: Study) -> ClaimResult:
     main = claims_static.score_matrix_count(1024, 64)
     by_T = [claims_static.score_matrix_count(T, 64) for T in (64, 128, 256, 512, 1024)]
     checks = [Check({"part": "score matrix is (T, T)"}, main["shape"] == (main["T"], main["T"]),
-                    f"shape {main['shape']}"),
+                    value=f"shape {main['shape']}", threshold=f"({main['T']}, {main['T']})"),
               Check({"part": "T = 1024 gives 1,048,576 scores per head"}, main["count"] == 1_048_576,
-                    f"count {main['count']:,}")]
+                    value=f"{main['count']:,}", threshold="= 1,048,576")]
     path = figures.line_panels(study.fig("c1_score_count.png"), [{
         "title": "scores per head per forward (explicit pipeline)", "xlabel": "T", "ylabel": "scores",
         "series": {"measured": [(r["T"], r["count"], 0.0) for r in by_T]},
         "refs": [("T^2", [r["T"] for r in by_T], [r["T"] ** 2 for r in by_T])], "logx": 2, "logy": True}], n_cols=1)
-    seq_lens = sorted({run.config.get("data.seq_len") for run in study.runs if run.config.get("data.seq_len")})
+    seq_lens = sorted({run.config.get("data.seq_len") for run in study.claim_runs if run.config.get("data.seq_len")})
     notes = [f"Runs read used T = {', '.join(map(str, seq_lens))}: {', '.join(f'{t * t:,}' for t in seq_lens)} "
              "scores per head per sequence."] if seq_lens else []
     return ClaimResult(
@@ -170,6 +211,17 @@ def raw_dot_std(run: Run) -> float | None:
     return value / scale_factor(run.config.get("model.scale", "sqrt"), d_k)
 
 
+def per_seed(runs: list[Run], fn) -> Stat:
+    """Mean and spread over seeds. Runs of one seed that differ only in scale or mask start from the same
+    weights, so their step-0 values are one measurement each, not independent replicates: averaged first."""
+    by_seed: dict = {}
+    for run in runs:
+        value = fn(run)
+        if value is not None and math.isfinite(value):
+            by_seed.setdefault(run.seed, []).append(value)
+    return stat(sum(v) / len(v) for v in by_seed.values())
+
+
 def claim_c2(study: Study) -> ClaimResult:
     synth = claims_static.dot_product_std()
     checks, rows = [], []
@@ -177,21 +229,24 @@ def claim_c2(study: Study) -> ClaimResult:
         claimed = claims_static.CLAIMED_DOT_STD[r["d_k"]]
         for premise, key in (("random, unit-variance components", "unit_variance"), ("random, unit-norm", "unit_norm")):
             ok = abs(r[key] / claimed - 1) <= C2_SYNTH_TOL
-            checks.append(Check({"premise": premise, "d_k": r["d_k"]}, ok, f"std {r[key]:.4g} vs {claimed:g}"))
+            checks.append(Check({"premise": premise, "d_k": r["d_k"]}, ok, value=f"{r[key]:.4g}",
+                                threshold=f"{claimed:g} ± {C2_SYNTH_TOL:.0%}"))
         rows.append([r["d_k"], claimed, r["unit_variance"], r["unit_norm"], 1 / math.sqrt(r["d_k"])])
+    # per experiment: two experiments may hold the same seed's identical initial model, which must not count twice
     model_groups: dict[tuple, list[Run]] = {}
-    for run in study.runs:
-        if raw_dot_std(run) is not None:
-            model_groups.setdefault((_premise(run), run.config["model.d_k"]), []).append(run)
+    for cell in study.claim_cells:
+        for run in cell.runs:
+            if raw_dot_std(run) is not None:
+                model_groups.setdefault((_premise(run), cell.experiment, run.config["model.d_k"]), []).append(run)
     model_rows, model_series = [], {}
-    for (premise, d_k), runs in sorted(model_groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        raw, q_std, k_std = stat(map(raw_dot_std, runs)), stat(map(at_init("attn/q_std"), runs)), \
-            stat(map(at_init("attn/k_std"), runs))
+    for (premise, exp, d_k), runs in sorted(model_groups.items(), key=lambda kv: kv[0]):
+        raw, q_std, k_std = (per_seed(runs, fn) for fn in (raw_dot_std, at_init("attn/q_std"), at_init("attn/k_std")))
         ok = raw.n > 0 and abs(raw.mean / math.sqrt(d_k) - 1) <= C2_MODEL_TOL
-        checks.append(Check({"premise": premise, "d_k": d_k}, ok, f"std {raw.mean:.4g} vs {math.sqrt(d_k):.4g}"))
-        model_rows.append([premise, d_k, str(raw), math.sqrt(d_k), str(q_std), str(k_std)])
-        model_series.setdefault(premise, []).append((d_k, raw.mean, raw.std))
-    d_ks = sorted({r["d_k"] for r in synth} | {d for _, d in model_groups})
+        checks.append(Check({"premise": premise, "experiment": exp, "d_k": d_k}, ok, value=str(raw),
+                            threshold=f"{math.sqrt(d_k):.4g} ± {C2_MODEL_TOL:.0%}"))
+        model_rows.append([premise, exp, d_k, str(raw), math.sqrt(d_k), str(q_std), str(k_std)])
+        model_series.setdefault(f"[{exp}] {premise}", []).append((d_k, raw.mean, raw.std))
+    d_ks = sorted({r["d_k"] for r in synth} | {d for _, _, d in model_groups})
     series = {"random, unit-variance": [(r["d_k"], r["unit_variance"], 0.0) for r in synth],
               "random, unit-norm": [(r["d_k"], r["unit_norm"], 0.0) for r in synth], **model_series}
     path = figures.line_panels(study.fig("c2_dot_product_std.png"), [{
@@ -203,15 +258,16 @@ def claim_c2(study: Study) -> ClaimResult:
     notes = ["The chapter's numbers (8, 16, 64) need vectors whose components have unit variance; for unit-norm "
              "vectors the dot product's std is 1/sqrt(d_k)."]
     if model_rows:
-        tables.append(md_table(["premise", "d_k", "std of q.k at step 0 (seeds)", "sqrt(d_k)", "q std", "k std"],
-                               model_rows))
+        tables.append(md_table(["premise", "experiment", "d_k", "std of q.k at step 0 (seeds)", "sqrt(d_k)",
+                                "q std", "k std"], model_rows))
     else:
         notes.append("No step-0 probe records among the runs read: the real model's q, k are not measured here.")
     return ClaimResult(
         "C2", "Dot products grow like sqrt(d_k): about 8 at d_k=64, 16 at 256, 64 at 4096",
         "std of q.k over 8,000 random pairs per d_k, for Gaussian components of variance 1 and for unit-norm "
         "vectors; and the real model's q.k before the divisor at step 0 (probe `attn/score_std` divided by the "
-        "run's scale factor), per q/k initialisation.",
+        "run's scale factor), per q/k initialisation and experiment; n counts seeds (runs of one seed share their "
+        "initial q, k and are averaged first).",
         f"a premise passes at a d_k when the measured std is within {C2_SYNTH_TOL:.0%} of the claimed number "
         f"(random vectors) or within {C2_MODEL_TOL:.0%} of sqrt(d_k) (real model).",
         checks, verdict(checks), tables=tables, figures=[path], notes=notes)
@@ -230,7 +286,9 @@ def claim_c3(study: Study, synth: list[dict]) -> ClaimResult:
         by_dk.setdefault(r["d_k"], {})[r["scale"]] = r
     for d_k, pair in sorted(by_dk.items()):
         ok = pair["none"]["max_prob"] >= PEAKED_MAX_PROB and pair["none"]["max_prob"] > pair["sqrt"]["max_prob"]
-        checks.append(Check({"d_k": d_k, "when": "init", "source": "synthetic"}, ok))
+        checks.append(Check({"source": "synthetic", "d_k": d_k, "when": "init"}, ok,
+                            value=f"{pair['none']['max_prob']:.3g} (scaled {pair['sqrt']['max_prob']:.3g})",
+                            threshold=f">= {PEAKED_MAX_PROB} and > scaled"))
         rows.append(["synthetic (random unit-variance q, k; T=64)", d_k, "init", pair["sqrt"]["max_prob"],
                      pair["none"]["max_prob"], pair["sqrt"]["entropy_norm"], pair["none"]["entropy_norm"],
                      pair["sqrt"]["saturated_frac"], pair["none"]["saturated_frac"]])
@@ -238,13 +296,15 @@ def claim_c3(study: Study, synth: list[dict]) -> ClaimResult:
     for k in ("entropy_norm", "max_prob"):
         for mode in ("sqrt", "none"):
             panels[(k, "init")][f"synthetic scale={mode}"] = [(d, by_dk[d][mode][k], 0.0) for d in by_dk]
-    for ctx, scaled, unscaled in scale_pairs(study.cells):
+    for ctx, scaled, unscaled in scale_pairs(study.claim_cells):
         for when in ("init", "end"):
             s, u = _peak_stats(scaled, when), _peak_stats(unscaled, when)
             if u["max_prob"].n == 0 or s["max_prob"].n == 0:
                 continue
             ok = u["max_prob"].mean >= PEAKED_MAX_PROB and u["max_prob"].mean > s["max_prob"].mean
-            checks.append(Check({**ctx, "when": when, "source": "model"}, ok))
+            checks.append(Check({"source": "model", **ctx, "when": when}, ok,
+                                value=f"{u['max_prob']} (scaled {s['max_prob'].mean:.3g})",
+                                threshold=f">= {PEAKED_MAX_PROB} and > scaled"))
             rows.append([context_label(ctx), ctx["d_k"], when, str(s["max_prob"]), str(u["max_prob"]),
                          str(s["entropy_norm"]), str(u["entropy_norm"]), str(s["saturated_frac"]),
                          str(u["saturated_frac"])])
@@ -280,13 +340,24 @@ def loss_curve(cell: Cell, key: str = "train/loss") -> tuple[list, list, list]:
 
 
 def loss_curves_figure(study: Study) -> Path | None:
-    curves = {cell.label: loss_curve(cell) for cell in study.cells}
-    curves = {k: v for k, v in curves.items() if v[0]}
-    if not curves:
+    """One panel per (experiment, d_k) of the training cells; one line per remaining axes (seeds: mean, band)."""
+    panels: dict[tuple, dict] = {}
+    for cell in study.claim_cells:
+        if not trained(cell):
+            continue
+        curve = loss_curve(cell)
+        if not curve[0]:
+            continue
+        ctx = context_of(cell, ())
+        panel = panels.setdefault((cell.experiment, sort_key(ctx["d_k"])), {
+            "title": f"[{cell.experiment}] d_k={ctx['d_k']}", "curves": {}, "floor": None})
+        panel["curves"][f"{context_label(ctx, skip=('d_k', 'experiment'))} (n={len(cell.runs)})"] = curve
+        floors = [f for f in map(floor_of, cell.runs) if f is not None]
+        panel["floor"] = floors[0] if floors else panel["floor"]
+    if not panels:
         return None
-    floors = [f for f in map(floor_of, study.runs) if f is not None]
-    return figures.loss_curves(study.fig("loss_curves.png"), curves, floor=floors[0] if floors else None,
-                               title="training loss per cell (mean over seeds, band: one std)")
+    return figures.loss_curve_panels(study.fig("loss_curves.png"), [panels[k] for k in sorted(panels)],
+                                     title="training loss (mean over seeds, band: one std)")
 
 
 def grad_scores_figure(study: Study, synth: list[dict]) -> Path:
@@ -298,7 +369,7 @@ def grad_scores_figure(study: Study, synth: list[dict]) -> Path:
                 series[f"synthetic scale={mode}"] = [(r["d_k"], r["grad_scores"], 0.0) for r in synth
                                                      if r["scale"] == mode]
         pick = at_init if when == "init" else at_end
-        for ctx, scaled, unscaled in scale_pairs(study.cells):
+        for ctx, scaled, unscaled in scale_pairs(study.claim_cells):
             for mode, cell in (("sqrt", scaled), ("none", unscaled)):
                 st = cell_stat(cell, pick("grad/scores"))
                 if st.n:
@@ -310,17 +381,23 @@ def grad_scores_figure(study: Study, synth: list[dict]) -> Path:
 
 def claim_c4(study: Study, synth: list[dict]) -> ClaimResult:
     checks, rows = [], []
-    for ctx, scaled, unscaled in scale_pairs(study.cells):
+    for ctx, scaled, unscaled in scale_pairs(study.claim_cells):
         g_s, g_u = cell_stat(scaled, at_init("grad/scores")), cell_stat(unscaled, at_init("grad/scores"))
         if g_s.n and g_u.n and g_s.mean > 0:
             ratio = g_u.mean / g_s.mean
-            checks.append(Check({"part": "gradient through softmax vanishes", **ctx}, ratio <= VANISH_RATIO))
+            checks.append(Check({"part": "gradient through softmax vanishes", **ctx}, ratio <= VANISH_RATIO,
+                                value=f"ratio {ratio:.3g} ({g_u} / {g_s.mean:.3g})",
+                                threshold=f"<= {VANISH_RATIO}"))
         else:
             ratio = math.nan
         p_s, p_u = cell_stat(scaled, run_progress), cell_stat(unscaled, run_progress)
         if trained(scaled) and trained(unscaled):
-            checks.append(Check({"part": "training stalls", **ctx}, bool(p_u.mean < STALL_RATIO * p_s.mean)))
+            checks.append(Check({"part": "training stalls", **ctx}, bool(p_u.mean < STALL_RATIO * p_s.mean),
+                                value=f"progress {p_u} (scaled {p_s.mean:.3g})",
+                                threshold=f"< {STALL_RATIO} x scaled = {STALL_RATIO * p_s.mean:.3g}"))
         peaked = cell_stat(unscaled, at_init("attn/max_prob"))
+        if not (trained(scaled) and trained(unscaled)):
+            p_s = p_u = stat([])  # an init-only experiment took no step: no progress to show
         rows.append([context_label(ctx), ctx["d_k"], str(peaked), str(g_s), str(g_u), ratio, str(p_s), str(p_u),
                      ", ".join(r.status for r in unscaled.runs)])
     paths = [p for p in (loss_curves_figure(study), grad_scores_figure(study, synth)) if p is not None]
@@ -342,7 +419,7 @@ def claim_c4(study: Study, synth: list[dict]) -> ClaimResult:
 def claim_c5(study: Study) -> ClaimResult:
     checks, rows = [], []
     series: dict[str, list] = {}
-    for cell in study.cells:
+    for cell in study.claim_cells:
         ctx = context_of(cell, ("model.scale",))
         mode = cell.get("model.scale")
         std = cell_stat(cell, at_init("attn/score_std"))
@@ -353,13 +430,18 @@ def claim_c5(study: Study) -> ClaimResult:
         peak, prog = cell_stat(cell, at_init("attn/max_prob")), cell_stat(cell, run_progress)
         if std.n:
             near_unit = UNIT_SCALE[0] <= std.mean <= UNIT_SCALE[1]
-            checks.append(Check({"part": "score std near 1 at init", **ctx}, near_unit))
+            checks.append(Check({"part": "score std near 1 at init", **ctx}, near_unit, value=str(std),
+                                threshold=f"in [{UNIT_SCALE[0]}, {UNIT_SCALE[1]}]"))
         if peak.n:
-            checks.append(Check({"part": "softmax not peaked at init", **ctx}, peak.mean < PEAKED_MAX_PROB))
+            checks.append(Check({"part": "softmax not peaked at init", **ctx}, peak.mean < PEAKED_MAX_PROB,
+                                value=f"max prob {peak}", threshold=f"< {PEAKED_MAX_PROB}"))
         finished = all(r.status == "finished" for r in cell.runs)
         if trained(cell):
-            checks.append(Check({"part": "training proceeds", **ctx}, finished and prog.mean >= PROCEEDS_PROGRESS))
-        rows.append([context_label(ctx), ctx["d_k"], str(std), str(peak), str(prog),
+            statuses = ", ".join(sorted({r.status for r in cell.runs}))
+            checks.append(Check({"part": "training proceeds", **ctx}, finished and prog.mean >= PROCEEDS_PROGRESS,
+                                value=f"progress {prog}, {statuses}",
+                                threshold=f"all finished, >= {PROCEEDS_PROGRESS}"))
+        rows.append([context_label(ctx), ctx["d_k"], str(std), str(peak), str(prog) if trained(cell) else "-",
                      ", ".join(r.status for r in cell.runs)])
     d_ks = sorted({p[0] for pts in series.values() for p in pts})
     path = None
@@ -402,11 +484,15 @@ def agreement_condition(grid: list[dict]) -> tuple[bool, str]:
 
 def claim_c6(study: Study) -> ClaimResult:
     exact = claims_static.pipeline_checks()
-    checks = [Check({"part": "rows sum to 1"}, exact["row_sum_max_dev"] <= EXACT_ROW_SUM),
-              Check({"part": "no mass on j > i"}, exact["future_mass_max"] == 0.0),
-              Check({"part": "row 0 is [1, 0, 0, ...]"}, exact["row0_one_hot"]),
+    checks = [Check({"part": "rows sum to 1"}, exact["row_sum_max_dev"] <= EXACT_ROW_SUM,
+                    value=f"max |row sum - 1| {exact['row_sum_max_dev']:.3g}", threshold=f"<= {EXACT_ROW_SUM:g}"),
+              Check({"part": "no mass on j > i"}, exact["future_mass_max"] == 0.0,
+                    value=f"{exact['future_mass_max']:g}", threshold="= 0"),
+              Check({"part": "row 0 is [1, 0, 0, ...]"}, exact["row0_one_hot"],
+                    value=f"one-hot: {exact['row0_one_hot']}", threshold="exactly"),
               Check({"part": "-inf and -1e9 agree in fp32 at unit-scale scores"},
-                    exact["inf_vs_1e9_max_diff"] <= AGREE_TOL)]
+                    exact["inf_vs_1e9_max_diff"] <= AGREE_TOL, value=f"{exact['inf_vs_1e9_max_diff']:.3g}",
+                    threshold=f"<= {AGREE_TOL:g}")]
     grid = claims_static.mask_fill_precision()
     pipeline = [r for r in grid if r["softmax"] == "fp32"]
     everywhere, condition = agreement_condition(pipeline)
@@ -445,8 +531,9 @@ def claim_c6(study: Study) -> ClaimResult:
 def claim_c7(study: Study) -> ClaimResult:
     checks, rows = [], []
     groups, as_trained, generation, floors = [], [], [], []
-    for full_cell in study.cells:
-        cell = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None])
+    for full_cell in study.claim_cells:
+        cell = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None], full_cell.experiment,
+                    full_cell.kind)
         if not cell.runs or not trained(cell):
             continue
         ctx = context_of(cell, ("model.causal",))
@@ -458,19 +545,24 @@ def claim_c7(study: Study) -> ClaimResult:
         log_v = stat(r.summary.get("data/log_vocab") for r in cell.runs).mean
         if causal:
             if below.n:
-                checks.append(Check({"part": CAUSAL_CONTROL, **ctx},
-                                    below.mean <= LEAK_MARGIN))
+                checks.append(Check({"part": CAUSAL_CONTROL, **ctx}, below.mean <= LEAK_MARGIN,
+                                    value=f"floor - loss {below}", threshold=f"<= {LEAK_MARGIN}"))
         else:
             if below.n:
-                checks.append(Check({"part": "loss as trained below the floor", **ctx}, below.mean > LEAK_MARGIN))
+                checks.append(Check({"part": "loss as trained below the floor", **ctx}, below.mean > LEAK_MARGIN,
+                                    value=f"floor - loss {below}", threshold=f"> {LEAK_MARGIN}"))
             if gen.n and tr.n:
                 # far above the floor AND far above its own loss as trained: an untrained model is also far
                 # above the floor, but that is no train/generation divergence
-                far = min(gen.mean - floor, gen.mean - tr.mean) >= CATASTROPHIC_SHARE * (log_v - floor)
+                gap = min(gen.mean - floor, gen.mean - tr.mean)
+                far = gap >= CATASTROPHIC_SHARE * (log_v - floor)
                 checks.append(Check({"part": "generation loss far above the floor and the loss as trained", **ctx},
-                                    bool(far)))
-        rows.append([cell.label, str(tr), str(gen), floor, str(below), log_v])
-        groups.append(cell.label)
+                                    bool(far), value=f"{gap:.3g} (generation {gen})",
+                                    threshold=f">= {CATASTROPHIC_SHARE * (log_v - floor):.3g}"))
+        rows.append([context_label(context_of(cell, ()), skip=()), str(tr), str(gen), floor, str(below), log_v])
+        groups.append(context_label(context_of(cell, ()), skip=("experiment",)) if len(
+            {c.experiment for c in study.claim_cells if trained(c)}) == 1 else context_label(context_of(cell, ()),
+                                                                                          skip=()))
         as_trained.append((tr.mean, tr.std))
         generation.append((gen.mean, gen.std))
         floors.append(floor)
@@ -513,6 +605,7 @@ def claim_c8(study: Study) -> ClaimResult:
               ("heads concatenate to (1024, 768) before W_O", m["concat_shape"] == (1024, 768)),
               ("about 120M parameters", abs(m["params"] / 120e6 - 1) <= PARAMS_TOL)]
     checks = [Check({"part": part}, bool(ok)) for part, ok in expect]
+    checks[-1].value, checks[-1].threshold = f"{m['params']:,}", f"120M ± {PARAMS_TOL:.0%}"
     parts = m["parts"]
     path = figures.grouped_bars(study.fig("c8_parameters.png"), list(parts),
                                 {"parameters (millions)": [(v / 1e6, 0.0) for v in parts.values()]},
@@ -541,14 +634,18 @@ def _c9_checks(source: dict, points: dict) -> list[Check]:
     for d_k in d_ks:
         g_s, g_u = points[d_k]
         checks.append(Check({"part": "unscaled gradient >= 10x smaller than scaled", **source, "d_k": d_k},
-                            g_s > 0 and g_u <= VANISH_RATIO * g_s))
+                            g_s > 0 and g_u <= VANISH_RATIO * g_s, value=f"ratio {g_u / g_s:.3g}" if g_s else "-",
+                            threshold=f"<= {VANISH_RATIO}"))
     if len(d_ks) >= 2:
         lo, hi = points[d_ks[0]], points[d_ks[-1]]
         checks.append(Check({"part": "unscaled gradient falls as d_k grows", **source, "d_k": d_ks[-1]},
-                            hi[1] <= C9_FALL_RATIO * lo[1]))
+                            hi[1] <= C9_FALL_RATIO * lo[1], value=f"{hi[1]:.3g} vs {lo[1]:.3g} at d_k={d_ks[0]}",
+                            threshold=f"<= {C9_FALL_RATIO} x"))
         flat = all(1 / C9_FLAT_FACTOR <= points[d][0] / lo[0] <= C9_FLAT_FACTOR for d in d_ks) if lo[0] > 0 else False
+        spread = [points[d][0] / lo[0] for d in d_ks] if lo[0] > 0 else []
         checks.append(Check({"part": "the divisor keeps the gradient flat across d_k", **source, "d_k": d_ks[-1]},
-                            flat))
+                            flat, value="scaled / smallest-d_k: " + ", ".join(f"{r:.3g}" for r in spread),
+                            threshold=f"within {C9_FLAT_FACTOR:g}x"))
     return checks
 
 
@@ -560,15 +657,16 @@ def claim_c9(study: Study, synth: list[dict]) -> ClaimResult:
     checks += _c9_checks({"source": "synthetic"}, points)
     rows += [["synthetic (random unit-variance q, k; T=64)", d, g[0], g[1], g[1] / g[0]]
              for d, g in sorted(points.items())]
-    contexts: dict[str, dict] = {}
-    for ctx, scaled, unscaled in scale_pairs(study.cells):
+    contexts: dict[str, tuple[dict, dict]] = {}
+    for ctx, scaled, unscaled in scale_pairs(study.claim_cells):
         g_s, g_u = cell_stat(scaled, at_init("grad/scores")), cell_stat(unscaled, at_init("grad/scores"))
         if g_s.n and g_u.n:
             label = context_label(ctx)
-            contexts.setdefault(label, {})[ctx["d_k"]] = (g_s.mean, g_u.mean)
+            rest = {k: v for k, v in ctx.items() if k != "d_k"}
+            contexts.setdefault(label, (rest, {}))[1][ctx["d_k"]] = (g_s.mean, g_u.mean)
             rows.append([f"model at step 0, {label}", ctx["d_k"], str(g_s), str(g_u), g_u.mean / g_s.mean])
-    for label, pts in contexts.items():
-        checks += _c9_checks({"source": f"model, {label}"}, pts)
+    for rest, pts in contexts.values():
+        checks += _c9_checks({"source": "model", **rest}, pts)
     path = grad_scores_figure(study, synth)
     header = ["source", "d_k", "|d loss/d scores|, scaled", "unscaled", "ratio unscaled/scaled"]
     return ClaimResult(

@@ -1,8 +1,9 @@
 """Learning-rate sensitivity per cell (Wortsman et al. 2023, "Small-scale proxies for large-scale
 Transformer training instabilities"): E over the LR range of [min(l(eta), l_0) - l*].
 
-Cells are grouped by every axis except train.lr; each seed gives one sensitivity over the LRs it ran,
-and the report shows their mean and spread. A diverged or failed run counts at l_0.
+Only experiments that sweep train.lr count; their cells are grouped by every other axis; each seed
+gives one sensitivity over the LRs it ran, and the report shows their mean and spread. A diverged or
+failed run counts at l_0.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from andrea_exp import figures
 from andrea_exp.report_claims import final_loss, md_table
 from andrea_exp.report_rules import lr_sensitivity
-from andrea_exp.report_runs import Cell, Stat, short, sort_key, stat
+from andrea_exp.report_runs import LR_SWEEP, Cell, Stat, short, sort_key, stat
 
 
 @dataclass
@@ -30,7 +31,10 @@ class LRCurve:
 def lr_curves(cells: list[Cell]) -> list[LRCurve]:
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
-        ctx = " ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != "train.lr") or "all"
+        if cell.kind != LR_SWEEP:
+            continue  # an experiment at one LR says nothing about LR sensitivity
+        axes = " ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != "train.lr")
+        ctx = " ".join(t for t in (f"[{cell.experiment}]" if cell.experiment else "", axes) if t) or "all"
         groups.setdefault(ctx, []).append(cell)
     curves = []
     for ctx, group in groups.items():
@@ -67,10 +71,10 @@ def lr_section(cells: list[Cell], fig_path: Path) -> tuple[str, Path | None]:
             for c in curves]
     table = md_table(["cell", "LRs", "l_0", "final loss per LR", "runs not finished", "LR sensitivity"], rows)
     loss_series = {c.context: [(lr, c.loss_by_lr[lr].mean, c.loss_by_lr[lr].std) for lr in c.lrs] for c in curves}
-    sens_series = {"LR sensitivity": [(i + 1, c.sensitivity.mean, c.sensitivity.std) for i, c in enumerate(curves)]}
     path = figures.line_panels(fig_path, [
         {"title": "final loss against the learning rate (diverged = l_0)", "xlabel": "learning rate",
-         "ylabel": "final held-out loss", "series": loss_series, "logx": 10},
-        {"title": "LR sensitivity per cell (x: row of the table)", "xlabel": "cell", "ylabel": "sensitivity (nats)",
-         "series": sens_series}])
-    return intro + table + f"\n\n![LR sensitivity](figures/{path.name})\n", path
+         "ylabel": "final held-out loss", "series": loss_series, "logx": 10}], n_cols=1)
+    bars = figures.grouped_bars(fig_path.with_name(fig_path.stem + "_per_cell.png"), [c.context for c in curves],
+                                {"LR sensitivity": [(c.sensitivity.mean, c.sensitivity.std) for c in curves]},
+                                ylabel="sensitivity (nats)", title="LR sensitivity per cell (lower: wider good range)")
+    return intro + table + f"\n\n![LR sensitivity](figures/{path.name}) ![per cell](figures/{bars.name})\n", path

@@ -11,7 +11,10 @@ of VERDICTS by a fixed rule:
     axis "part" (the claim has several parts)  -> partly holds (names the parts that hold)
     any other axis                             -> holds only under a stated condition (its values;
                                                   "d_k >= 256" when the passing values are the large ones)
-- otherwise                                  -> partly holds (k of n checks pass; where they pass)
+- otherwise                                  -> partly holds; with several parts, each part is described by
+                                                the same rule; else k of n checks pass, and the places on
+                                                the smaller side (where it holds, or where it does not) are
+                                                named, d_k values of one place merged
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ VERDICTS = (HOLDS, PARTLY, CONDITIONAL, FAILS, NOT_MEASURED)
 class Check:
     where: dict  # e.g. {"part": "softmax peaked", "d_k": 64, "when": "init"}
     ok: bool
-    detail: str = ""  # the numbers behind it, e.g. "max prob 0.93 >= 0.5"
+    detail: str = ""  # free text, e.g. which runs
+    value: str = ""  # the number tested, e.g. "0.93 ± 0.01 (n=3)"
+    threshold: str = ""  # what it was tested against, e.g. ">= 0.5"
 
 
 @dataclass
@@ -42,6 +47,11 @@ class Verdict:
 
 def _numeric(values) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _order(value):
+    """Numbers in numeric order, then the rest as text."""
+    return (0, value, "") if _numeric([value]) else (1, 0, str(value))
 
 
 def _describe(axis: str, passing: set, failing: set) -> str:
@@ -65,6 +75,52 @@ def separating_axis(checks: list[Check]) -> tuple[str, set, set] | None:
     return None
 
 
+MAX_PLACES = 4  # places named in a condition; the claim's section lists every check
+
+
+def _value_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def places(checks: list[Check]) -> str:
+    """Where these checks are, one entry per place with its d_k values merged ("causal=True at d_k=64, 256")."""
+    groups: dict[str, list] = {}
+    for c in checks:
+        # the experiment as "[name]"; "source=model" says nothing more once the experiment is named
+        skip = ("d_k", "part", "experiment") + (("source",) if "experiment" in c.where else ())
+        rest = " ".join(f"{k}={_value_text(v)}" for k, v in c.where.items() if k not in skip)
+        if "experiment" in c.where:
+            rest = f"[{c.where['experiment']}] {rest}".strip()
+        groups.setdefault(rest, [])
+        if "d_k" in c.where and c.where["d_k"] not in groups[rest]:
+            groups[rest].append(c.where["d_k"])
+    texts = []
+    for rest, d_ks in groups.items():
+        at = "d_k=" + ", ".join(map(str, sorted(d_ks, key=_order)))
+        texts.append(f"{rest} at {at}" if rest and d_ks else rest or (at if d_ks else "everywhere"))
+    more = f" (+{len(texts) - MAX_PLACES} more)" if len(texts) > MAX_PLACES else ""
+    return "; ".join(texts[:MAX_PLACES]) + more
+
+
+def _mixed(checks: list[Check]) -> str:
+    """Condition text for checks some of which pass and none of whose axes separates them."""
+    passed = [c for c in checks if c.ok]
+    failed = [c for c in checks if not c.ok]
+    side = f"holds at {places(passed)}" if len(passed) <= len(failed) else f"does not hold at {places(failed)}"
+    return f"{len(passed)} of {len(checks)} checks pass; {side}"
+
+
+def _describe_part(checks: list[Check]) -> str:
+    if all(c.ok for c in checks):
+        return HOLDS
+    if not any(c.ok for c in checks):
+        return FAILS
+    split = separating_axis(checks)
+    if split is not None:
+        return f"holds only where {_describe(*split)}"
+    return _mixed(checks)
+
+
 def verdict(checks: list[Check], missing: str = "") -> Verdict:
     """One verdict from a claim's checks, by the rule in this module's docstring."""
     if not checks:
@@ -81,9 +137,14 @@ def verdict(checks: list[Check], missing: str = "") -> Verdict:
             return Verdict(PARTLY, "holds: " + "; ".join(sorted(map(str, passing))) +
                            " | does not hold: " + "; ".join(sorted(map(str, failing))))
         return Verdict(CONDITIONAL, _describe(axis, passing, failing))
-    places = "; ".join(", ".join(f"{k}={v}" for k, v in c.where.items()) for c in passed[:6])
-    more = f" (+{len(passed) - 6} more)" if len(passed) > 6 else ""
-    return Verdict(PARTLY, f"{len(passed)} of {len(checks)} checks pass: {places}{more}")
+    parts = list(dict.fromkeys(c.where.get("part") for c in checks))
+    if len(parts) > 1 and None not in parts:
+        texts = []
+        for part in parts:
+            mine = [c for c in checks if c.where["part"] == part]
+            texts.append(f"{part}: {_describe_part(mine)}")
+        return Verdict(PARTLY, " | ".join(texts))
+    return Verdict(PARTLY, _mixed(checks))
 
 
 def lr_sensitivity(final_losses: dict, initial_loss: float) -> float:

@@ -17,12 +17,22 @@ from omegaconf import OmegaConf
 
 from andrea_exp.attention import normalize_scale
 
-# Settings that never define a cell: replicates, bookkeeping, where it ran.
-NOT_AN_AXIS_PREFIXES = ("seed", "name", "logger.", "hydra.", "train.progress", "train.device", "train.compile",
-                        "train.log_every", "train.ckpt_every", "train.resume", "probe.", "train.sample_tokens")
-# Axes shown first in labels and tried first when a verdict names its condition.
-PREFERRED_AXES = ("model.d_k", "model.scale", "model.causal", "model.qk_init", "model.qk_layernorm",
-                  "model.mask_fill", "train.lr", "model.name")
+# Settings that say nothing about the science, so they never split runs into cells or experiments: the replicate
+# (seed), the experiment's name (kept as Run.experiment), how the launcher packed runs onto GPUs, logging and
+# checkpoint cadence, where it ran, and how often / on how much the probe looked. A key ending in "." covers its
+# whole subtree. Everything else in the config is a scientific setting.
+NON_SCIENTIFIC_KEYS = (
+    "seed", "name", "cells_per_gpu", "hydra.", "launcher.", "logger.",
+    "train.progress", "train.device", "train.compile", "train.eval_every", "train.log_every", "train.ckpt_every",
+    "train.resume", "train.sample_tokens",
+    "probe.every", "probe.maps_every", "probe.batch_size", "probe.maps_heads", "probe.per_head",
+)
+# The axes the claims compare across. Runs that agree on every other scientific setting form one experiment
+# (same data, model size, schedule); within it, the study axes that vary define the cells.
+STUDY_AXES = ("model.d_k", "model.scale", "model.causal", "model.qk_init", "model.qk_layernorm",
+              "model.mask_fill", "train.lr")
+# Axes shown first in labels.
+PREFERRED_AXES = STUDY_AXES + ("model.name",)
 SKIP_DIRS = {"wandb", "checkpoints", "attention_maps", ".hydra"}
 
 
@@ -63,6 +73,11 @@ class Run:
     @property
     def seed(self):
         return self.config.get("seed")
+
+    @property
+    def experiment(self):
+        """The experiment's name from the config (`name`), e.g. claims_grid."""
+        return self.config.get("name")
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of one metric, in logged order."""
@@ -151,21 +166,36 @@ def load_runs(roots) -> list[Run]:
     return [load_run(path) for path in find_run_dirs(roots)]
 
 
-def _is_axis(key: str) -> bool:
-    return not any(key == p or key.startswith(p) for p in NOT_AN_AXIS_PREFIXES)
+def is_scientific(key: str) -> bool:
+    return not any(key == k or (k.endswith(".") and key.startswith(k)) for k in NON_SCIENTIFIC_KEYS)
+
+
+def _fingerprint(values: dict) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _differing(settings: list[dict]) -> list[str]:
+    """Keys whose value is not the same in every dict, preferred axes first."""
+    keys = sorted({k for s in settings for k in s})
+    varying = [k for k in keys if len({_fingerprint(s.get(k)) for s in settings}) > 1]
+    return [a for a in PREFERRED_AXES if a in varying] + [a for a in varying if a not in PREFERRED_AXES]
 
 
 def varying_axes(runs: list[Run]) -> list[str]:
-    """Settings whose value differs between runs: the axes of the study, preferred ones first."""
-    keys = sorted({k for run in runs for k in run.config if _is_axis(k)})
-    varying = [k for k in keys if len({json.dumps(run.config.get(k), sort_keys=True) for run in runs}) > 1]
-    return [a for a in PREFERRED_AXES if a in varying] + [a for a in varying if a not in PREFERRED_AXES]
+    """Scientific settings whose value differs between runs, preferred ones first."""
+    return _differing([{k: v for k, v in run.config.items() if is_scientific(k)} for run in runs])
+
+
+# Kinds of experiment: what its runs can say.
+TRAINING, INIT_ONLY, LR_SWEEP = "training", "init only", "lr sweep"
 
 
 @dataclass
 class Cell:
-    axes: dict  # axis -> value, over the study's varying axes
+    axes: dict  # study axis -> value, over the axes that vary within the cell's experiment
     runs: list[Run]
+    experiment: str = ""  # the experiment's label (its runs' `name`s)
+    kind: str = TRAINING
 
     @property
     def label(self) -> str:
@@ -180,14 +210,64 @@ class Cell:
         return [run.seed for run in self.runs]
 
 
-def group_cells(runs: list[Run]) -> list[Cell]:
-    axes = varying_axes(runs)
-    cells: dict[str, Cell] = {}
+@dataclass
+class Experiment:
+    label: str
+    kind: str
+    setup: dict  # scientific settings, other than the study axes, that tell it apart from the other experiments
+    axes: list[str]  # study axes that vary within it
+    cells: list[Cell]
+
+
+def _setup_of(run: Run) -> dict:
+    return {k: v for k, v in run.config.items() if is_scientific(k) and k not in STUDY_AXES}
+
+
+def _kind(runs: list[Run], axes: list[str]) -> str:
+    if "train.lr" in axes:
+        return LR_SWEEP
+    if all((run.config.get("train.max_steps") or 0) == 0 for run in runs):
+        return INIT_ONLY
+    return TRAINING
+
+
+def group_experiments(runs: list[Run]) -> list[Experiment]:
+    """Runs agreeing on every scientific setting but the study axes form one experiment; cells within it."""
+    by_setup: dict[str, list[Run]] = {}
     for run in runs:
-        values = {a: run.config.get(a) for a in axes}
-        key = json.dumps(values, sort_keys=True, default=str)
-        cells.setdefault(key, Cell(values, [])).runs.append(run)
-    return sorted(cells.values(), key=lambda c: [sort_key(v) for v in c.axes.values()])
+        by_setup.setdefault(_fingerprint(_setup_of(run)), []).append(run)
+    setups = [_setup_of(group[0]) for group in by_setup.values()]
+    telling = _differing(setups)
+    experiments = []
+    for group, setup in zip(by_setup.values(), setups):
+        names = sorted({str(run.experiment) for run in group if run.experiment is not None}) or ["runs"]
+        axes = [a for a in STUDY_AXES if len({_fingerprint(run.config.get(a)) for run in group}) > 1]
+        kind = _kind(group, axes)
+        label = "+".join(names)
+        cells: dict[str, Cell] = {}
+        for run in group:
+            values = {a: run.config.get(a) for a in axes}
+            cells.setdefault(_fingerprint(values), Cell(values, [], label, kind)).runs.append(run)
+        ordered = sorted(cells.values(), key=lambda c: [sort_key(v) for v in c.axes.values()])
+        experiments.append(Experiment(label, kind, {k: setup.get(k) for k in telling}, axes, ordered))
+    _disambiguate(experiments)
+    return sorted(experiments, key=lambda e: (e.kind != TRAINING, e.label))
+
+
+def _disambiguate(experiments: list[Experiment]) -> None:
+    """Two experiments with one name (e.g. one sweep at two seq_len) get their telling settings in the label."""
+    seen: dict[str, int] = {}
+    for e in experiments:
+        seen[e.label] = seen.get(e.label, 0) + 1
+    for e in experiments:
+        if seen[e.label] > 1:
+            e.label += " (" + ", ".join(f"{short(k)}={v}" for k, v in e.setup.items()) + ")"
+            for cell in e.cells:
+                cell.experiment = e.label
+
+
+def group_cells(runs: list[Run]) -> list[Cell]:
+    return [cell for e in group_experiments(runs) for cell in e.cells]
 
 
 def sort_key(value):

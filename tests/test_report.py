@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from andrea_exp import claims_static
+from andrea_exp.report import machine_of
 from andrea_exp.report import main as report_main
 from andrea_exp.report_lr import lr_curves
 from andrea_exp.report_rules import (
@@ -26,7 +27,7 @@ from andrea_exp.report_rules import (
     lr_sensitivity,
     verdict,
 )
-from andrea_exp.report_runs import group_cells, load_runs, stat
+from andrea_exp.report_runs import TRAINING, group_cells, group_experiments, load_runs, stat
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,7 +77,19 @@ def test_verdict_without_a_separating_axis_counts_checks():
               Check({"d_k": 256, "causal": True}, False), Check({"d_k": 256, "causal": False}, True)]
     v = verdict(checks)
     assert v.verdict == PARTLY
-    assert v.condition.startswith("2 of 4 checks pass: d_k=64, causal=True; d_k=256, causal=False")
+    assert v.condition == "2 of 4 checks pass; holds at causal=True at d_k=64; causal=False at d_k=256"
+
+
+def test_verdict_describes_each_part_and_names_the_experiment():
+    stall = [Check({"part": "stalls", "experiment": "grid", "qk_init": q, "d_k": d}, not (q == "gpt2" and d == 64))
+             for q in ("unit", "gpt2") for d in (64, 256)]
+    vanish = [Check({"part": "vanishes", "experiment": "grid", "qk_init": "unit", "d_k": d}, d == 64)
+              for d in (64, 256)] + [Check({"part": "vanishes", "experiment": "grid", "qk_init": "gpt2", "d_k": 64},
+                                           False)]
+    v = verdict(stall + vanish)
+    assert v.verdict == PARTLY
+    assert v.condition == ("stalls: 3 of 4 checks pass; does not hold at [grid] qk_init=gpt2 at d_k=64 | "
+                           "vanishes: 1 of 3 checks pass; holds at [grid] qk_init=unit at d_k=64")
 
 
 def test_stat_mean_and_sample_std_skip_non_finite():
@@ -132,6 +145,41 @@ def test_runs_on_disk_cells_and_lr_sensitivity(tmp_path):
     assert curve.diverged == 2
 
 
+def test_launcher_and_bookkeeping_settings_do_not_split_a_cell(tmp_path):
+    # one cell run twice: seed 0 packed 12 runs per GPU, seed 1 packed 16, with other logging cadences
+    for seed, per_gpu, every in ((0, 12, 100), (1, 16, 250)):
+        config = {**base_config(3e-3, seed), "cells_per_gpu": per_gpu, "name": "claims_grid",
+                  "probe": {"every": every, "batch_size": 8 * (seed + 1)}}
+        config["train"] = {**config["train"], "eval_every": every, "device": f"cuda:{seed}"}
+        write_run(tmp_path / f"sweep{seed}" / "0", config, {"run/status": "finished"}, [{"step": 0, "train/loss": 4.0}])
+    # and one run that differs in a scientific setting (a longer schedule): another experiment
+    other = {**base_config(3e-3, 0), "name": "claims_grid"}
+    other["train"] = {**other["train"], "max_steps": 20}
+    write_run(tmp_path / "sweep2" / "0", other, {"run/status": "finished"}, [{"step": 0, "train/loss": 4.0}])
+    experiments = group_experiments(load_runs([tmp_path]))
+    assert len(experiments) == 2
+    (pooled,) = [e for e in experiments if len(e.cells[0].runs) == 2]
+    assert len(pooled.cells) == 1 and sorted(pooled.cells[0].seeds) == [0, 1]
+    assert pooled.setup == {"train.max_steps": 10} and pooled.kind == TRAINING
+    assert all(e.label.startswith("claims_grid (max_steps=") for e in experiments)  # one name, told apart
+
+
+def test_header_states_where_the_machine_comes_from(tmp_path):
+    recorded = {"run/status": "finished", "system/gpu": "NVIDIA H200"}
+    write_run(tmp_path / "a" / "0", base_config(3e-3, 0), recorded, [{"step": 0, "train/loss": 4.0}])
+    write_run(tmp_path / "a" / "1", base_config(3e-3, 1), {"run/status": "finished"}, [{"step": 0, "train/loss": 4.0}])
+    runs = load_runs([tmp_path])
+    assert machine_of(runs, "NVIDIA H100") == ("NVIDIA H200 (1 runs, recorded in summary.json); NVIDIA H100 "
+                                               "(1 runs, given with --machine: these runs do not record it)")
+    assert "state it with --machine" in machine_of(runs)
+    out = tmp_path / "report"
+    report_main([str(tmp_path / "a"), "--out", str(out), "--machine", "NVIDIA H100", "--note", "runs at abc123",
+                 "--note", "second line"])
+    text = (out / "report.md").read_text()
+    assert "- note: runs at abc123\n- note: second line" in text
+    assert "| hand | training | - | - | 1 | 2 | 2 in 1 cell (seeds 0, 1) |" in text
+
+
 def test_report_rejects_a_missing_directory(tmp_path, capsys):
     with pytest.raises(SystemExit):
         report_main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
@@ -171,7 +219,7 @@ def test_report_on_a_real_tiny_sweep(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     text = (out / "report.md").read_text()
-    assert "- seeds per cell: 1 seed in 8 cells" in text
+    assert "| 1 in 8 cells (seeds 0) |" in text
     sections = re.split(r"^## ", text, flags=re.M)
     for cid in [f"C{i}" for i in range(1, 10)]:
         (section,) = [s for s in sections if s.startswith(f"{cid}:")]
