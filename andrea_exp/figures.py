@@ -22,7 +22,7 @@ def _figure(n_rows: int = 1, n_cols: int = 1, width: float = 5.5, height: float 
 def _save(fig, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # wide shared legends stay inside the image
     return path
 
 
