@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -35,3 +36,10 @@ def steady_throughput(run_dir: Path, skip_steps: int) -> dict:
     if total_time == 0:
         raise RuntimeError(f"no timed windows after step {skip_steps} in {run_dir}")
     return {"tokens_per_s": total_tokens / total_time, "timed_tokens": total_tokens, "timed_s": total_time}
+
+
+def git_commit() -> str:
+    """The checkout's commit, so a committed figure says which code produced it."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent)
+    return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"

@@ -29,7 +29,7 @@ import torch
 from andrea_exp.data import build_dataset
 from andrea_exp.probe import Probe
 from andrea_exp.train import build_model, train
-from benchmarks.common import compose_cfg, steady_throughput
+from benchmarks.common import compose_cfg, git_commit, steady_throughput
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "probe_overhead.json"
 
@@ -126,6 +126,7 @@ def main(argv=None) -> dict:
         "step_ms_probe_off": step_ms,
         "ratio_implied_by_probe_ms": implied,
         "gpu": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "cpu",
+        "commit": git_commit(),
         "settings": {
             "model": args.model, "device": args.device, "steps": args.steps, "warmup_steps_excluded": warmup,
             "probe_every": probe_every, "probes_in_timed_steps": probes_timed,

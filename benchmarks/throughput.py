@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import torch
 
 from andrea_exp.train import train
-from benchmarks.common import compose_cfg, steady_throughput
+from benchmarks.common import compose_cfg, git_commit, steady_throughput
 
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
@@ -79,8 +78,7 @@ def main() -> None:
                "n_head": cfg.model.n_head, "d_k": cfg.model.d_k, "seq_len": args.seq_len, "vocab_size": args.vocab,
                "batch_size": args.batch_size, "compile": not args.no_compile, "steps": args.steps,
                "warmup_steps_excluded": args.warmup, "peak_flops": peak, "torch": torch.__version__,
-               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-               or "unknown (not a git checkout)"}
+               "commit": git_commit()}
     runs = {}
     for label, every in (("probes_on", args.probe_every), ("probes_off", 0)):
         runs[label] = run_once(common + [f"probe.every={every}"], args.warmup)
@@ -101,7 +99,8 @@ def main() -> None:
             small = ["model=andrea_small", f"model.d_k={d_k}", f"model.scale={scale}", "data.seq_len=256",
                      f"train.max_steps={args.dk_steps}", "train.eval_every=0", "train.sample_tokens=0",
                      "probe.every=0", "logger.mode=disabled", "train.batch_size=64", f"train.device={args.device}",
-                     "train.progress=false", "train.compile=false", "data.train_sequences=4096", "data.eval_sequences=16"]
+                     "train.progress=false", "train.compile=false", "data.train_sequences=4096",
+                     "data.eval_sequences=16"]
             figures = run_once(small, skip_steps=10)
             point = {"d_k": d_k, "scale": scale == "true", "ms_per_step": 1e3 * 64 * 256 / figures["tokens_per_s"],
                      "tokens_per_s": figures["tokens_per_s"], "status": figures["status"]}
