@@ -12,7 +12,7 @@ from pathlib import Path
 
 from andrea_exp import claims_static, figures
 from andrea_exp.attention import scale_factor
-from andrea_exp.report_rules import CONDITIONAL, HOLDS, NOT_MEASURED, Check, Verdict, verdict
+from andrea_exp.report_rules import CONDITIONAL, HOLDS, NOT_MEASURED, Check, Verdict, progress, verdict
 from andrea_exp.report_runs import (
     INIT_ONLY,
     LR_SWEEP,
@@ -160,11 +160,8 @@ def trained(cell: Cell) -> bool:
 
 def run_progress(run: Run) -> float:
     """Share of (l_0 - floor) closed by the end; floor 0 when unknown. 0 for runs that did not finish."""
-    l0, final = run.initial_loss(), final_loss(run)
-    target = floor_of(run) or 0.0
-    if l0 is None or final is None or not math.isfinite(final) or l0 <= target:
-        return 0.0
-    return (l0 - final) / (l0 - target)
+    l0 = run.initial_loss()
+    return 0.0 if l0 is None else progress(l0, final_loss(run), floor_of(run) or 0.0)
 
 
 def missing_runs(what: str, experiment: str) -> str:

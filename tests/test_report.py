@@ -15,6 +15,7 @@ import pytest
 from andrea_exp import claims_static
 from andrea_exp.report import machine_of
 from andrea_exp.report import main as report_main
+from andrea_exp.report_claims import run_progress
 from andrea_exp.report_lr import lr_curves
 from andrea_exp.report_rules import (
     CONDITIONAL,
@@ -27,7 +28,7 @@ from andrea_exp.report_rules import (
     lr_sensitivity,
     verdict,
 )
-from andrea_exp.report_runs import TRAINING, group_cells, group_experiments, load_runs, stat
+from andrea_exp.report_runs import TRAINING, Run, group_cells, group_experiments, load_runs, stat
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,6 +98,22 @@ def test_stat_mean_and_sample_std_skip_non_finite():
     assert (s.mean, s.std, s.n) == (2.0, 1.0, 3)
     assert stat([]).n == 0 and str(stat([])) == "-"
     assert str(stat([2.5])) == "2.5 (n=1)"
+
+
+def test_training_progress_by_hand():
+    """(l_0 - final) / (l_0 - floor), l_0 the step-0 training loss; 0 when the run did not finish or has no gap."""
+    def run(final, floor=1.0, status="finished", l0=3.0):
+        summary = {"run/status": status, "eval/loss_as_trained": final, "data/log_vocab": 4.0}
+        if floor is not None:
+            summary["eval/floor"] = floor
+        return Run(Path("r"), {}, summary, [{"step": 0, "train/loss": l0}])
+
+    assert run_progress(run(2.0)) == pytest.approx(0.5)  # (3 - 2) / (3 - 1)
+    assert run_progress(run(2.0, floor=None)) == pytest.approx(1 / 3)  # unknown floor counts as 0
+    assert run_progress(run(2.0, status="diverged")) == 0.0
+    assert run_progress(run(math.nan)) == 0.0
+    assert run_progress(run(2.0, floor=3.5)) == 0.0  # l_0 already at or below the floor: nothing to close
+    assert run_progress(run(2.0, l0=math.nan)) == pytest.approx((4.0 - 2.0) / 3.0)  # no finite l_0: log V
 
 
 # ------------------------------------------------------------------ runs on disk
