@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from andrea_exp import claims_static, figures
@@ -80,10 +81,10 @@ class Study:
     def cells(self) -> list[Cell]:
         return [cell for e in self.experiments for cell in e.cells]
 
-    @property
+    @cached_property
     def claim_cells(self) -> list[Cell]:
         """Cells that vote on the claims: training and init-only experiments, and an LR sweep's cells only at
-        the default LR (the other LRs belong to the LR-sensitivity section)."""
+        the default LR (the other LRs belong to the LR-sensitivity section). Read once: every claim asks."""
         lr = default_lr()
         return [c for c in self.cells if c.kind in (TRAINING, INIT_ONLY) or
                 (c.kind == LR_SWEEP and lr is not None and math.isclose(float(c.get("train.lr")), lr))]
@@ -528,6 +529,7 @@ def claim_c6(study: Study) -> ClaimResult:
 def claim_c7(study: Study) -> ClaimResult:
     checks, rows = [], []
     groups, as_trained, generation, floors = [], [], [], []
+    one_experiment = len({c.experiment for c in study.claim_cells if trained(c)}) == 1  # then bars need no [name]
     for full_cell in study.claim_cells:
         cell = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None], full_cell.experiment,
                     full_cell.kind)
@@ -556,10 +558,9 @@ def claim_c7(study: Study) -> ClaimResult:
                 checks.append(Check({"part": "generation loss far above the floor and the loss as trained", **ctx},
                                     bool(far), value=f"{gap:.3g} (generation {gen})",
                                     threshold=f">= {CATASTROPHIC_SHARE * (log_v - floor):.3g}"))
-        rows.append([context_label(context_of(cell, ()), skip=()), str(tr), str(gen), floor, str(below), log_v])
-        groups.append(context_label(context_of(cell, ()), skip=("experiment",)) if len(
-            {c.experiment for c in study.claim_cells if trained(c)}) == 1 else context_label(context_of(cell, ()),
-                                                                                          skip=()))
+        where = context_of(cell, ())
+        rows.append([context_label(where, skip=()), str(tr), str(gen), floor, str(below), log_v])
+        groups.append(context_label(where, skip=("experiment",) if one_experiment else ()))
         as_trained.append((tr.mean, tr.std))
         generation.append((gen.mean, gen.std))
         floors.append(floor)
