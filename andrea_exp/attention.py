@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 SCALE_MODES = ("sqrt", "none", "inv")
-MASK_FILLS = ("-inf", "a finite number <= -1e4")
 # Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
 # explicit path (two GEMMs and a float32 softmax) is several times faster.
 FUSED_MAX_HEAD_DIM = 256

@@ -181,11 +181,6 @@ def _differing(settings: list[dict]) -> list[str]:
     return [a for a in PREFERRED_AXES if a in varying] + [a for a in varying if a not in PREFERRED_AXES]
 
 
-def varying_axes(runs: list[Run]) -> list[str]:
-    """Scientific settings whose value differs between runs, preferred ones first."""
-    return _differing([{k: v for k, v in run.config.items() if is_scientific(k)} for run in runs])
-
-
 # Kinds of experiment: what its runs can say.
 TRAINING, INIT_ONLY, LR_SWEEP = "training", "init only", "lr sweep"
 
