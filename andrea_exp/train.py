@@ -206,6 +206,10 @@ def train(cfg, run_dir: Path) -> dict:
     step = start_step
     bar = tqdm(total=tc.max_steps, initial=start_step, disable=not show_progress(cfg, rt), desc="train",
                dynamic_ncols=True)
+    # settings the step loop reads, as plain values: each OmegaConf lookup costs microseconds of host time
+    max_steps, log_every, grad_clip = tc.max_steps, tc.log_every, tc.grad_clip
+    eval_every, ckpt_every = tc.eval_every, tc.ckpt_every
+    probe_every, maps_every, seed = cfg.probe.every, cfg.probe.maps_every, cfg.seed
 
     def log(metrics: dict, at: int) -> None:
         last.update(metrics)
@@ -219,20 +223,20 @@ def train(cfg, run_dir: Path) -> dict:
         nonlocal window, window_start, excluded
         if not window:
             return
-        values = torch.stack([torch.stack([loss, gn]) for _, loss, gn, _ in window]).float().cpu()
+        values = torch.stack([torch.stack([loss, gn]) for _, loss, gn, _ in window]).float().tolist()  # the sync
         elapsed = time.perf_counter() - window_start - excluded
         rate = tokens_per_step * len(window) / max(elapsed, 1e-9)
         clip_hits = 0
-        for (at, _, _, lr), (loss, gn) in zip(window, values.tolist()):
-            clipped = tc.grad_clip > 0 and gn > tc.grad_clip
+        for (at, _, _, lr), (loss, gn) in zip(window, values):
+            clipped = grad_clip > 0 and gn > grad_clip
             clip_hits += clipped
             row = {"train/loss": loss, "grad/norm": gn, "train/lr": lr, "train/tokens": (at + 1) * tokens_per_step}
             if at == window[-1][0]:
                 row.update({"train/tokens_per_s": rate, "train/grad_clip_frac": clip_hits / len(window)})
             log(row, at)
-        for (at, *_), (loss, gn) in zip(window, values.tolist()):
+        for (at, *_), (loss, gn) in zip(window, values):
             watch.check(at, loss, gn)  # after logging the window: a diverged run keeps every record it made
-        bar.set_postfix(loss=f"{values[-1, 0].item():.3f}")
+        bar.set_postfix(loss=f"{values[-1][0]:.3f}")
         window, window_start, excluded = [], time.perf_counter(), 0.0
 
     def timed_aside(fn):
@@ -272,19 +276,19 @@ def train(cfg, run_dir: Path) -> dict:
         status, error = "finished", None
         started = time.perf_counter()
         try:
-            while step < tc.max_steps:
-                if probe is not None and step % cfg.probe.every == 0:
+            while step < max_steps:
+                if probe is not None and step % probe_every == 0:
                     log(probe.measure(step), step)
-                if probe is not None and cfg.probe.maps_every and step % cfg.probe.maps_every == 0:
+                if probe is not None and maps_every and step % maps_every == 0:
                     # drawing the PNGs and handing them to W&B is not training: kept out of tokens/s
                     timed_aside(lambda: tracker.log_images(probe.draw_maps(step), step))
-                x, y = data.batch(step, local_bs, cfg.seed, rt.rank, rt.world_size)
+                x, y = data.batch(step, local_bs, seed, rt.rank, rt.world_size)
                 with rt.autocast():
                     _, loss = train_model(x, y)
                 loss.backward()
                 gn = grad_norm(params)  # global, before clipping
-                if tc.grad_clip > 0:
-                    torch.nn.utils.clip_grads_with_norm_(params, tc.grad_clip, gn)
+                if grad_clip > 0:
+                    torch.nn.utils.clip_grads_with_norm_(params, grad_clip, gn)
                 lr = scheduler.get_last_lr()[0]
                 optimizer.step()
                 scheduler.step()
@@ -292,10 +296,10 @@ def train(cfg, run_dir: Path) -> dict:
                 window.append((step, _all_reduce_mean(loss.detach(), rt), gn.detach(), lr))
                 step += 1
                 bar.update(1)
-                eval_due = tc.eval_every and step % tc.eval_every == 0 and step < tc.max_steps
-                ckpt_due = tc.ckpt_every and step % tc.ckpt_every == 0 and step < tc.max_steps
+                eval_due = eval_every and step % eval_every == 0 and step < max_steps
+                ckpt_due = ckpt_every and step % ckpt_every == 0 and step < max_steps
                 # a checkpoint at step S must follow every record of steps < S and the divergence checks
-                if len(window) >= tc.log_every or step == tc.max_steps or eval_due or ckpt_due:
+                if len(window) >= log_every or step == max_steps or eval_due or ckpt_due:
                     flush_window()
                 if eval_due:
                     timed_aside(lambda: run_eval(step))
