@@ -72,17 +72,13 @@ def run_job(cfg: DictConfig) -> dict:
 
 
 def _summary_status(run_dir: Path) -> str | None:
-    import json
-
     try:
-        return json.loads((run_dir / "summary.json").read_text()).get("run/status")
+        return tracking.read_summary(run_dir).get("run/status")
     except (OSError, ValueError):
         return None
 
 
 def _is_rank_zero() -> bool:
-    import os
-
     return os.environ.get("RANK", "0") == "0"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from andrea_exp.attention import normalize_scale
+from andrea_exp.tracking import read_summary
 
 # Settings that say nothing about the science, so they never split runs into cells or experiments: the replicate
 # (seed), the experiment's name (kept as Run.experiment), how the launcher packed runs onto GPUs, logging and
@@ -142,9 +143,7 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def load_run(run_dir: Path) -> Run:
-    summary_file = run_dir / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {"run/status": "missing"}
-    summary = {k: parse_number(v) for k, v in summary.items()}
+    summary = {k: parse_number(v) for k, v in read_summary(run_dir).items()}
     return Run(run_dir, _read_config(run_dir, summary), summary, _read_records(run_dir / "metrics.jsonl"))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +114,8 @@ def failed_cells() -> list[str]:
 
 def read_cells(sweep_dir: Path) -> list[dict]:
     """Every job directory of a sweep with its overrides (only the swept ones when known) and summary."""
+    from andrea_exp.tracking import read_summary  # tracking imports this module
+
     master_task, master_params = _sweep_master(Path(sweep_dir))
     keys = swept_keys(master_task, master_params) if (master_task or master_params) else set()
     cells = []
@@ -124,9 +125,7 @@ def read_cells(sweep_dir: Path) -> list[dict]:
         overrides = [line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")]
         pairs = [_split_override(o) for o in overrides]
         overrides = [f"{k}={v}" for k, v in pairs if not keys or k in keys]
-        summary_file = job_dir / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {"run/status": "missing"}
-        cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": summary})
+        cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": read_summary(job_dir)})
     return cells
 
 

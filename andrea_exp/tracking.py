@@ -281,3 +281,9 @@ def write_summary(run_dir: Path, summary: dict, cfg) -> None:
     tmp = Path(run_dir) / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2))
     os.replace(tmp, Path(run_dir) / "summary.json")
+
+
+def read_summary(run_dir: Path) -> dict:
+    """summary.json of a run directory; a run that never wrote one reads as {"run/status": "missing"}."""
+    path = Path(run_dir) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else {"run/status": "missing"}
