@@ -47,7 +47,7 @@ def _plot_series(ax, series: dict, colours: dict) -> None:
                     color=colours[label], ls=_line_style(label), label=label)
 
 
-def _shared_legend(fig, axes, n_rows: int) -> None:
+def _shared_legend(fig, axes) -> None:
     """One legend below all panels: many series in a small panel's own legend would hide the data."""
     handles, labels = {}, []
     for ax in axes:
@@ -88,7 +88,7 @@ def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
         ax.grid(alpha=0.3)
     for ax in flat[len(panels):]:
         ax.set_visible(False)
-    _shared_legend(fig, flat[:len(panels)], n_rows)
+    _shared_legend(fig, flat[:len(panels)])
     return _save(fig, path)
 
 
@@ -117,7 +117,7 @@ def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int
     for ax in flat[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
-    _shared_legend(fig, flat[:len(panels)], n_rows)
+    _shared_legend(fig, flat[:len(panels)])
     return _save(fig, path)
 
 
