@@ -16,7 +16,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from andrea_exp.attention import normalize_scale
-from andrea_exp.tracking import read_summary
+from andrea_exp.rundir import parse_number, read_metrics, read_summary
 
 # Settings that say nothing about the science, so they never split runs into cells or experiments: the replicate
 # (seed), the experiment's name (kept as Run.experiment), how the launcher packed runs onto GPUs, logging and
@@ -35,13 +35,6 @@ STUDY_AXES = ("model.d_k", "model.scale", "model.causal", "model.qk_init", "mode
 # Axes shown first in labels.
 PREFERRED_AXES = STUDY_AXES + ("model.name",)
 SKIP_DIRS = {"wandb", "checkpoints", "attention_maps", ".hydra"}
-
-
-def parse_number(value):
-    """metrics.jsonl stores non-finite floats as strings; give them back as floats."""
-    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "+inf", "-inf", "infinity", "-infinity"):
-        return float(value)
-    return value
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -129,22 +122,9 @@ def _read_config(run_dir: Path, summary: dict) -> dict:
     return flat
 
 
-def _read_records(path: Path) -> list[dict]:
-    records = []
-    if not path.exists():
-        return records
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
-        records.append({k: parse_number(v) for k, v in record.items()})
-    return records
-
-
 def load_run(run_dir: Path) -> Run:
     summary = {k: parse_number(v) for k, v in read_summary(run_dir).items()}
-    return Run(run_dir, _read_config(run_dir, summary), summary, _read_records(run_dir / "metrics.jsonl"))
+    return Run(run_dir, _read_config(run_dir, summary), summary, read_metrics(run_dir))
 
 
 def find_run_dirs(roots) -> list[Path]:

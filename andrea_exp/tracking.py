@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import netrc
 import os
 import secrets
@@ -16,60 +14,16 @@ from urllib.parse import urlsplit
 from omegaconf import OmegaConf
 
 from andrea_exp import sweep
+from andrea_exp.rundir import RUN_ID_FILE, MetricsFile, jsonable, read_summary, write_summary  # noqa: F401
 
-RUN_ID_FILE = "wandb_run_id"
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
 _open_runs: list = []  # W&B runs started and not yet finished in this process
-
-
-def _jsonable(value):
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no nan/inf; keep them readable
-    return value
 
 
 def _say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
         print(message, file=sys.stderr, flush=True)
-
-
-class MetricsFile:
-    """Append-only `metrics.jsonl`: one JSON object per line, each with `step`."""
-
-    def __init__(self, path: Path, resume_step: int | None = None):
-        self.path = path
-        if resume_step is None:
-            self.path.write_text("")
-        else:
-            self._truncate_after(resume_step)
-        self._fh = open(self.path, "a", buffering=1)
-
-    def _truncate_after(self, step: int) -> None:
-        """Drop lines written after the checkpoint so a resumed run neither repeats nor skips a step."""
-        if not self.path.exists():
-            self.path.write_text("")
-            return
-        kept = []
-        for line in self.path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-            if record.get("step", -1) < step:
-                kept.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
-
-    def write(self, metrics: dict, step: int) -> None:
-        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self._fh.write(json.dumps(record) + "\n")
-
-    def close(self) -> None:
-        self._fh.close()
 
 
 # ---------------------------------------------------------------- W&B mode
@@ -264,7 +218,7 @@ class Tracker:
             run = self.wandb_run
             if run is not None:
                 status = summary.get("run/status")
-                values = {k: _jsonable(v) for k, v in summary.items() if k != "config"}
+                values = {k: jsonable(v) for k, v in summary.items() if k != "config"}
                 tags = ("diverged",) if status == "diverged" else ()
                 self._wandb_call("summary", lambda r: (r.summary.update(values),
                                                        setattr(r, "tags", tuple(r.tags or ()) + tags)))
@@ -272,18 +226,3 @@ class Tracker:
                 _open_runs.remove(run)
                 self._wandb_call("finish", lambda r: r.finish(exit_code=1 if failed else 0))
                 self.wandb_run = None
-
-
-def write_summary(run_dir: Path, summary: dict, cfg) -> None:
-    """summary.json at the top of the run directory, written atomically, with the resolved config."""
-    summary = {k: _jsonable(v) for k, v in summary.items()}
-    summary["config"] = OmegaConf.to_container(cfg, resolve=True)
-    tmp = Path(run_dir) / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, Path(run_dir) / "summary.json")
-
-
-def read_summary(run_dir: Path) -> dict:
-    """summary.json of a run directory; a run that never wrote one reads as {"run/status": "missing"}."""
-    path = Path(run_dir) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else {"run/status": "missing"}
