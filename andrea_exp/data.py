@@ -1,15 +1,23 @@
-"""Data sources: a generated Markov chain with an exact entropy floor, and a user's text file.
+"""Data sources: a generated Markov chain with an exact entropy floor, a user's text file, a token corpus.
 
 Markov source: each sequence starts with `order` uniform tokens, then every token follows from the
 previous `order` tokens through a sparse random transition table (`branching` successors per context,
 Dirichlet weights). Because the table is known, each target token has an exact true negative
 log-likelihood given its causal prefix; their mean over the held-out set is the floor, the lowest
 loss any causal predictor can reach on it. A loss below the floor proves the model reads the future.
+
+Text source: a user's file read as bytes (256 tokens). Tokens source: a directory with train.bin and
+val.bin, flat little-endian uint16 token ids (the format GPT-2 data-preparation scripts write), read
+through a memory map so a corpus larger than memory trains without being loaded.
+
+`check_data` finds a bad data.path (missing, unreadable, a directory, binary, too small) before any
+expensive work and says so in one line.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +25,34 @@ import numpy as np
 import torch
 
 HELD_OUT_SEED = 10_007  # the held-out set's random stream, independent of the run's seed
+TOKEN_DTYPE = np.dtype("<u2")  # flat little-endian uint16, 2 bytes a token
+TOKEN_FILES = ("train.bin", "val.bin")
+# the rule for "a binary file given as text", applied to the file's first BINARY_SAMPLE bytes
+BINARY_SAMPLE = 1 << 20
+MAX_NUL_FRACTION = 0.01  # text has no NUL bytes; more than 1% of them means a binary file
+MAX_INVALID_UTF8_FRACTION = 0.05  # more than 5% of bytes outside valid UTF-8 means not text
 
 
 @dataclass
 class Split:
-    tokens: torch.Tensor  # (N, T + 1) int64: inputs are [:, :-1], targets [:, 1:]
+    # (N, T + 1) int64: inputs are [:, :-1], targets [:, 1:]; for data=tokens' training split, a TokenWindows
+    # (the same rows, read from the file on demand)
+    tokens: torch.Tensor | TokenWindows
     true_nll: torch.Tensor | None = None  # (N, T) float64: exact NLL of each target, when known
+
+
+def floor_standard_error(split: Split) -> float:
+    """Sampling standard error of the floor (the mean of split.true_nll); nan when the NLL is unknown.
+
+    Tokens of one sequence are correlated (they share the chain's path) but sequences are drawn
+    independently, so the error is the standard deviation of the per-sequence mean NLL over sqrt(N)
+    (N sequences of equal length). This accounts for the correlation inside a sequence, which the
+    per-token formula std / sqrt(N * T) would ignore.
+    """
+    if split.true_nll is None or split.true_nll.size(0) < 2:
+        return math.nan
+    per_sequence = split.true_nll.double().mean(dim=1)  # (N,)
+    return float(per_sequence.std(unbiased=True) / math.sqrt(per_sequence.numel()))
 
 
 class MarkovSource:
@@ -94,14 +124,9 @@ class MarkovSource:
 
 
 def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -> tuple[Split, Split]:
-    """Byte-level windows from a user's file: the first 90% for training, the last 10% held out."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"data.path: no such file: {file}")
-    raw = np.frombuffer(file.read_bytes(), dtype=np.uint8).astype(np.int64)
-    need = 2 * (seq_len + 2)
-    if raw.size < need:
-        raise ValueError(f"data.path: {file} has {raw.size} bytes; need at least {need} for data.seq_len={seq_len}")
+    """Byte-level windows from a user's file: the first 90% for training, the last 10% held out.
+    The file is one check_data accepts (at least 2 * (seq_len + 2) bytes)."""
+    raw = np.frombuffer(Path(path).expanduser().read_bytes(), dtype=np.uint8).astype(np.int64)
     cut = min(max(int(raw.size * 0.9), seq_len + 2), raw.size - (seq_len + 2))
     train_raw, eval_raw = raw[:cut], raw[cut:]
 
@@ -115,6 +140,193 @@ def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -
     return Split(train), Split(held_out)
 
 
+def decode_bytes(ids: Sequence[int] | torch.Tensor) -> str:
+    """Byte-level token ids back to text: UTF-8, with U+FFFD for an invalid sequence and for an id
+    outside 0..255 (a model whose vocabulary is wider than the bytes can generate one)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.flatten().tolist()
+    parts, run = [], bytearray()
+    for token in ids:
+        if 0 <= token < 256:
+            run.append(token)
+        else:
+            parts += [run.decode("utf-8", errors="replace"), "\ufffd"]
+            run = bytearray()
+    parts.append(run.decode("utf-8", errors="replace"))
+    return "".join(parts)
+
+
+def _open_tokens(file: Path) -> np.ndarray:
+    """The token ids of a flat uint16 file as a read-only memory map: nothing is read until indexed."""
+    return np.memmap(file, dtype=TOKEN_DTYPE, mode="r")
+
+
+def _too_large_id(rows: np.ndarray, vocab_size: int, file: Path, what: str) -> None:
+    top = int(rows.max())
+    if top >= vocab_size:
+        from andrea_exp.config import ConfigError  # lazily: the settings validation imports this module
+
+        raise ConfigError(f"data.vocab_size={vocab_size} is too small for {str(file)!r}: {what} hold token id "
+                          f"{top}; set data.vocab_size to at least {top + 1}")
+
+
+class TokenWindows:
+    """The training windows of a flat uint16 token file, read on demand through a memory map.
+
+    The file of L tokens holds W = (L - 1) // T windows of T + 1 tokens that do not overlap except at
+    their boundary token (window w starts at w * T). `limit` keeps at most that many of them, spread
+    evenly over the file; None keeps all. Indexing by a (B,) index tensor reads B windows from disk
+    and returns them (B, T + 1) int64 on the device given to `to`; indices live on the CPU.
+    """
+
+    device = torch.device("cpu")  # where the batch's indices must be (Dataset.batch reads this)
+
+    def __init__(self, file: Path, seq_len: int, vocab_size: int, limit: int | None = None):
+        self.file, self.seq_len, self.vocab_size = file, seq_len, vocab_size
+        self.ids = _open_tokens(file)
+        self.whole = (self.ids.size - 1) // seq_len
+        self.n = self.whole if limit is None else min(limit, self.whole)
+        self.target = torch.device("cpu")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def starts(self, index: np.ndarray) -> np.ndarray:
+        """Token offset of each window index: window i of n is window i * W // n of the file."""
+        return (index.astype(np.int64) * self.whole // self.n) * self.seq_len
+
+    def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
+        starts = self.starts(index.cpu().numpy())  # (B,)
+        rows = np.asarray(self.ids[starts[:, None] + np.arange(self.seq_len + 1)])  # (B, T + 1) uint16
+        _too_large_id(rows, self.vocab_size, self.file, "its training windows")
+        return torch.from_numpy(rows.astype(np.int64)).to(self.target)
+
+    def to(self, device) -> TokenWindows:
+        self.target = torch.device(device)
+        return self
+
+
+def held_out_token_windows(file: Path, seq_len: int, n: int) -> np.ndarray:
+    """(n, T + 1) uint16 windows of a token file at evenly spaced offsets: the same for every run seed."""
+    ids = _open_tokens(file)
+    last = ids.size - (seq_len + 1)  # the last offset at which a whole window fits
+    starts = np.arange(n, dtype=np.int64) * last // max(n - 1, 1)  # (n,)
+    return np.asarray(ids[starts[:, None] + np.arange(seq_len + 1)])
+
+
+def token_splits(cfg, seq_len: int) -> tuple[Split, Split]:
+    """Training windows of train.bin (read per batch) and held-out windows of val.bin (read once)."""
+    root = Path(str(cfg.path)).expanduser()
+    train = TokenWindows(root / "train.bin", seq_len, cfg.vocab_size, cfg.get("train_sequences"))
+    held_file = root / "val.bin"
+    held = held_out_token_windows(held_file, seq_len, cfg.eval_sequences)
+    _too_large_id(held, cfg.vocab_size, held_file, "its held-out windows")
+    return Split(train), Split(torch.from_numpy(held.astype(np.int64)))
+
+
+# ------------------------------------------------------------------ data.path checks
+
+
+def check_data(cfg_data, seq_len: int) -> None:
+    """Raise ConfigError, one line naming data.path, the path and the cause, for data that cannot be used.
+
+    Cheap (reads at most 1 MiB and the held-out windows), so the settings validation can call it before
+    any expensive work. A text file is refused as binary when, in its first 1 MiB, more than 1% of the
+    bytes are NUL or more than 5% are not part of valid UTF-8.
+    """
+    from andrea_exp.config import ConfigError  # lazily: the settings validation imports this module
+
+    name = cfg_data.get("name")
+    if name == "markov":
+        return
+    if name not in ("text", "tokens"):
+        raise ConfigError(f"data must be markov, text or tokens; got {name!r}")
+    path = None if _is_missing(cfg_data, "path") else cfg_data.get("path")
+    kind = "a text file" if name == "text" else "a directory holding train.bin and val.bin"
+    if path in (None, "", "???"):
+        raise ConfigError(f"data.path must name {kind} when data={name}; got nothing")
+    where = Path(str(path)).expanduser()
+    if not where.exists():
+        raise ConfigError(f"data.path: {str(where)!r} does not exist; data={name} needs {kind}")
+    if name == "text":
+        _check_text_file(where, seq_len)
+    else:
+        _check_token_dir(where, cfg_data, seq_len)
+
+
+def _is_missing(cfg, key: str) -> bool:
+    """OmegaConf's `???` test, tolerant of a plain dict."""
+    from omegaconf import DictConfig, OmegaConf
+
+    return isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg, key)
+
+
+def _fail(file: Path, cause: str):
+    from andrea_exp.config import ConfigError
+
+    return ConfigError(f"data.path: {str(file)!r} {cause}")
+
+
+def _read_head(file: Path, size: int) -> bytes:
+    """The first `size` bytes; an unreadable file is a one-line error."""
+    try:
+        with open(file, "rb") as handle:
+            return handle.read(size)
+    except PermissionError:
+        raise _fail(file, "cannot be read (permission denied)") from None
+    except OSError as err:
+        raise _fail(file, f"cannot be read ({err.strerror or type(err).__name__})") from None
+
+
+def _check_regular_file(file: Path, needed_as: str) -> None:
+    if file.is_dir():
+        raise _fail(file, f"is a directory; {needed_as}")
+    if not file.is_file():
+        raise _fail(file, f"is not a regular file; {needed_as}")
+
+
+def _check_text_file(file: Path, seq_len: int) -> None:
+    _check_regular_file(file, "data=text needs a text file")
+    head = _read_head(file, BINARY_SAMPLE)
+    size = file.stat().st_size
+    need = 2 * (seq_len + 2)  # a training and a held-out part, each longer than one window
+    if size < need:
+        raise _fail(file, f"has {size} bytes; data.seq_len={seq_len} needs at least {need}")
+    nul = head.count(0) / len(head)
+    # surrogateescape turns each byte outside valid UTF-8 into one lone surrogate, so they can be counted
+    decoded = head.decode("utf-8", errors="surrogateescape")
+    invalid = sum(1 for ch in decoded if "\udc80" <= ch <= "\udcff") / len(head)
+    if nul > MAX_NUL_FRACTION or invalid > MAX_INVALID_UTF8_FRACTION:
+        raise _fail(file, f"looks binary, not text: {nul:.1%} NUL bytes and {invalid:.1%} bytes outside UTF-8 in "
+                          f"its first {len(head)} bytes (text allows at most {MAX_NUL_FRACTION:.0%} and "
+                          f"{MAX_INVALID_UTF8_FRACTION:.0%}); for token ids use data=tokens")
+
+
+def _check_token_dir(root: Path, cfg_data, seq_len: int) -> None:
+    from andrea_exp.config import ConfigError
+
+    if not root.is_dir():
+        raise _fail(root, "is a file; data=tokens needs a directory holding train.bin and val.bin")
+    vocab = cfg_data.get("vocab_size")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 1 <= vocab <= 65536:
+        raise ConfigError(f"data.vocab_size must be an integer from 1 to 65536 (uint16 token ids); got {vocab!r}")
+    for name in TOKEN_FILES:
+        file = root / name
+        if not file.exists() and not file.is_symlink():
+            raise _fail(file, f"is missing; data=tokens needs {' and '.join(TOKEN_FILES)} in data.path")
+        _check_regular_file(file, "data=tokens needs a flat uint16 token file")
+        _read_head(file, TOKEN_DTYPE.itemsize)
+        size = file.stat().st_size
+        if size % TOKEN_DTYPE.itemsize:
+            raise _fail(file, f"has an odd number of bytes ({size}); a token file is flat uint16, 2 bytes a token")
+        if size // TOKEN_DTYPE.itemsize < seq_len + 1:
+            raise _fail(file, f"holds {size // TOKEN_DTYPE.itemsize} tokens; data.seq_len={seq_len} needs at "
+                              f"least {seq_len + 1}")
+    held_file = root / "val.bin"
+    held = held_out_token_windows(held_file, seq_len, int(cfg_data.get("eval_sequences", 1)))
+    _too_large_id(held, vocab, held_file, "its held-out windows")
+
+
 @dataclass
 class Dataset:
     train: Split
@@ -122,7 +334,17 @@ class Dataset:
     vocab_size: int
     floor: float  # mean exact NLL of the held-out targets; nan when unknown
     source: MarkovSource | None = None
+    decoder: Callable[[Sequence[int] | torch.Tensor], str] | None = None  # token ids -> text, when tokens are text
     _perm: tuple | None = None  # (key, permutation) of the current epoch
+
+    def decode(self, ids: Sequence[int] | torch.Tensor) -> str | None:
+        """Generated token ids as readable text; None for a source whose tokens are not text."""
+        return None if self.decoder is None else self.decoder(ids)
+
+    @property
+    def floor_standard_error(self) -> float:
+        """Sampling standard error of `floor` (see floor_standard_error); nan when the floor is unknown."""
+        return floor_standard_error(self.eval)
 
     def to(self, device) -> Dataset:
         """Keep the token tables on the training device so a batch costs no host-to-device copy."""
@@ -133,7 +355,7 @@ class Dataset:
     def batch(self, step: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
         """The training batch of a step: a pure function of (seed, step), so a resumed run sees the
         same data as an unbroken one. Each epoch is a fresh permutation; ranks take disjoint slices."""
-        n = self.train.tokens.size(0)
+        n = len(self.train.tokens)
         global_bs = batch_size * world_size
         if global_bs > n:
             raise ValueError(f"train.batch_size ({batch_size}) x processes ({world_size}) must be at most "
@@ -158,7 +380,12 @@ def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
         train = source.sample(cfg.train_sequences, seq_len, seed=(seed, 1))
         held_out = source.sample(cfg.eval_sequences, seq_len, seed=HELD_OUT_SEED + cfg.table_seed)
         return Dataset(train, held_out, cfg.vocab_size, float(held_out.true_nll.mean()), source)
+    if cfg.name not in ("text", "tokens"):
+        raise ValueError(f"data must be markov, text or tokens; got {cfg.name!r}")
+    check_data(cfg, seq_len)
     if cfg.name == "text":
         train, held_out = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)
-        return Dataset(train, held_out, 256, math.nan)
-    raise ValueError(f"data must be markov or text; got {cfg.name!r}")
+        return Dataset(train, held_out, 256, math.nan, decoder=decode_bytes)
+    # the training order comes from Dataset.batch (seed, step); the windows themselves do not depend on the seed
+    train, held_out = token_splits(cfg, seq_len)
+    return Dataset(train, held_out, cfg.vocab_size, math.nan)

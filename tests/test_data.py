@@ -1,8 +1,11 @@
-"""Data sources: the Markov chain and its exact floor, determinism, batching, the text loader."""
+"""Data sources: the Markov chain and its exact floor, determinism, batching, the text loader, decoded samples,
+and the one-line errors for a bad data.path."""
 
 from __future__ import annotations
 
 import math
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset
+import andrea_exp.data as data_module
+from andrea_exp.config import ConfigError
+from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset, check_data
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -186,16 +191,20 @@ def text_cfg(path, **overrides):
     return OmegaConf.create({**base, **overrides})
 
 
+TEXT = ("The quick brown fox jumps over the lazy dog, 0123456789. " * 4 + "naïve café ünïcode ✓ 日本語\n") * 20
+
+
 def test_text_source_reads_bytes(tmp_path):
-    raw = bytes(range(256)) * 4 + "naïve café ünïcode".encode() * 20  # multi-byte characters included
+    raw = TEXT.encode()  # multi-byte characters included
     file = tmp_path / "corpus.txt"
     file.write_bytes(raw)
     data = build_dataset(text_cfg(file), seq_len=16, seed=0)
     assert data.vocab_size == 256
-    assert math.isnan(data.floor)
+    assert math.isnan(data.floor) and math.isnan(data.floor_standard_error)
     assert data.train.tokens.shape == (50, 17) and data.eval.tokens.shape == (20, 17)
     assert data.train.tokens.dtype == torch.int64
     assert int(data.train.tokens.max()) <= 255 and int(data.train.tokens.min()) >= 0
+    assert int(data.train.tokens.max()) > 127  # the multi-byte characters are drawn as their bytes
     cut = int(len(raw) * 0.9)
     for split, lo, hi in ((data.train, 0, cut), (data.eval, cut, len(raw))):
         for row in split.tokens.tolist():
@@ -205,7 +214,8 @@ def test_text_source_reads_bytes(tmp_path):
 
 def test_text_held_out_set_does_not_depend_on_the_seed(tmp_path):
     file = tmp_path / "corpus.txt"
-    file.write_bytes(bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8)))
+    letters = np.random.default_rng(0).integers(ord("a"), ord("z") + 1, 3000, dtype=np.uint8)
+    file.write_bytes(bytes(letters))
     a = build_dataset(text_cfg(file), seq_len=16, seed=0)
     b = build_dataset(text_cfg(file), seq_len=16, seed=1)
     assert torch.equal(a.eval.tokens, b.eval.tokens)
@@ -213,19 +223,138 @@ def test_text_held_out_set_does_not_depend_on_the_seed(tmp_path):
     assert torch.equal(a.train.tokens, build_dataset(text_cfg(file), seq_len=16, seed=0).train.tokens)
 
 
-def test_text_source_errors(tmp_path):
-    missing = tmp_path / "nope.txt"
-    with pytest.raises(FileNotFoundError, match=r"data\.path: no such file: .*nope\.txt"):
-        build_dataset(text_cfg(missing), seq_len=16, seed=0)
+# ------------------------------------------------------------------ decoded samples
+
+
+def test_decode_turns_byte_tokens_back_into_text(tmp_path):
+    file = tmp_path / "corpus.txt"
+    file.write_bytes(TEXT.encode())
+    data = build_dataset(text_cfg(file), seq_len=16, seed=0)
+    ids = list("café ✓".encode())  # [99, 97, 102, 195, 169, 32, 226, 156, 147]
+    assert ids == [99, 97, 102, 195, 169, 32, 226, 156, 147]
+    assert data.decode(ids) == "café ✓"
+    assert data.decode(torch.tensor([ids])) == "café ✓"  # a (1, t) generated tensor
+    # a held-out window, whatever characters it cuts, decodes to the text it was cut from
+    row = data.eval.tokens[0].tolist()
+    assert data.decode(row) == bytes(row).decode("utf-8", errors="replace")
+    # invalid UTF-8 and ids beyond the bytes become U+FFFD, never an exception
+    assert data.decode([104, 105, 0xFF, 33]) == "hi\ufffd!"
+    assert data.decode([195]) == "\ufffd"  # a character cut in half
+    assert data.decode([104, 300, 105, -1]) == "h\ufffdi\ufffd"
+    assert data.decode([]) == ""
+
+
+def test_decode_is_none_without_text():
+    assert build_dataset(markov_cfg(), seq_len=8, seed=0).decode([1, 2, 3]) is None
+
+
+# ------------------------------------------------------------------ data errors: one line naming data.path
+
+
+def one_line_config_error(cfg, seq_len: int = 16) -> str:
+    with pytest.raises(ConfigError) as caught:
+        check_data(cfg, seq_len)
+    message = str(caught.value)
+    assert "\n" not in message
+    # build_dataset says the same thing, so a caller that skips validation still gets the line
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_dataset(cfg, seq_len=seq_len, seed=0)
+    return message
+
+
+def test_text_file_that_does_not_exist(tmp_path):
+    message = one_line_config_error(text_cfg(tmp_path / "nope.txt"))
+    assert message == f"data.path: {str(tmp_path / 'nope.txt')!r} does not exist; data=text needs a text file"
+
+
+@pytest.mark.parametrize("path", [None, "", "???"])
+def test_text_path_not_given(path):
+    cfg = text_cfg("x")
+    cfg.path = path
+    assert one_line_config_error(cfg) == "data.path must name a text file when data=text; got nothing"
+
+
+def test_text_path_is_a_directory(tmp_path):
+    message = one_line_config_error(text_cfg(tmp_path))
+    assert message == f"data.path: {str(tmp_path)!r} is a directory; data=text needs a text file"
+
+
+def test_text_file_too_small(tmp_path):
     tiny = tmp_path / "tiny.txt"
     tiny.write_bytes(b"abc")
-    with pytest.raises(ValueError, match=r"data\.path: .*has 3 bytes; need at least 36 for data\.seq_len=16"):
-        build_dataset(text_cfg(tiny), seq_len=16, seed=0)
+    message = one_line_config_error(text_cfg(tiny))
+    assert message == f"data.path: {str(tiny)!r} has 3 bytes; data.seq_len=16 needs at least 36"
+    tiny.write_bytes(b"a" * 36)  # the least that fits: a training and a held-out part
+    check_data(text_cfg(tiny), 16)
+    assert build_dataset(text_cfg(tiny), seq_len=16, seed=0).eval.tokens.shape == (20, 17)
+
+
+def test_unreadable_text_file(tmp_path, monkeypatch):
+    file = tmp_path / "corpus.txt"
+    file.write_text(TEXT)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(data_module, "open", denied, raising=False)  # the module's own reads only
+    message = one_line_config_error(text_cfg(file))
+    assert message == f"data.path: {str(file)!r} cannot be read (permission denied)"
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_unreadable_text_file_by_its_mode(tmp_path):
+    file = tmp_path / "corpus.txt"
+    file.write_text(TEXT)
+    file.chmod(0)
+    try:
+        assert "cannot be read (permission denied)" in one_line_config_error(text_cfg(file))
+    finally:
+        file.chmod(0o600)
+
+
+def with_fraction(byte: int, fraction: float, size: int = 10_000) -> bytes:
+    """ASCII text of `size` bytes whose given fraction is `byte`, spread through it."""
+    raw = bytearray(b"plain text line\n" * (size // 16 + 1))[:size]
+    count = round(fraction * size)
+    for i in np.linspace(0, size - 1, count).astype(int):
+        raw[i] = byte
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("byte,allowed", [(0, 0.01), (0xFF, 0.05)])
+def test_binary_file_given_as_text(tmp_path, byte, allowed):
+    """The rule: more than 1% NUL bytes, or more than 5% of bytes outside valid UTF-8, in the first 1 MiB."""
+    file = tmp_path / "data.bin"
+    file.write_bytes(with_fraction(byte, allowed - 0.002))  # just under the limit: still text
+    check_data(text_cfg(file), 16)
+    file.write_bytes(with_fraction(byte, allowed + 0.002))  # just over: binary
+    message = one_line_config_error(text_cfg(file))
+    assert message.startswith(f"data.path: {str(file)!r} looks binary, not text: ")
+    assert "for token ids use data=tokens" in message
+
+
+def test_binary_rule_reads_the_counts_right(tmp_path):
+    file = tmp_path / "data.bin"
+    file.write_bytes(bytes(range(256)) * 40)  # 1/256 NUL (0.4%), 128/256 bytes outside UTF-8 (50%)
+    message = one_line_config_error(text_cfg(file))
+    assert "0.4% NUL bytes and 50.0% bytes outside UTF-8 in its first 10240 bytes" in message
+    # valid multi-byte UTF-8 is text, however many non-ASCII characters it has
+    file.write_text("日本語のテキスト" * 500)
+    check_data(text_cfg(file), 16)
+    # only the first 1 MiB is judged
+    file.write_bytes(b"a" * (1 << 20) + b"\0" * 100_000)
+    check_data(text_cfg(file), 16)
+
+
+def test_markov_needs_no_file():
+    check_data(markov_cfg(), 16)
 
 
 def test_unknown_source_is_refused():
-    with pytest.raises(ValueError, match="data must be markov or text; got 'wiki'"):
+    with pytest.raises(ValueError, match="data must be markov, text or tokens; got 'wiki'"):
         build_dataset(markov_cfg(name="wiki"), seq_len=8, seed=0)
+    with pytest.raises(ConfigError, match="data must be markov, text or tokens; got 'wiki'"):
+        check_data(markov_cfg(name="wiki"), 8)
 
 
 def test_briefly_trained_causal_model_stays_above_the_floor(tmp_path):
