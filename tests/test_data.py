@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import andrea_exp.data as data_module
 from andrea_exp.config import ConfigError
-from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset, check_data
+from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset, check_data, floor_standard_error
+from andrea_exp.evaluate import evaluate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -221,6 +223,139 @@ def test_text_held_out_set_does_not_depend_on_the_seed(tmp_path):
     assert torch.equal(a.eval.tokens, b.eval.tokens)
     assert not torch.equal(a.train.tokens, b.train.tokens)
     assert torch.equal(a.train.tokens, build_dataset(text_cfg(file), seq_len=16, seed=0).train.tokens)
+
+
+# ------------------------------------------------------------------ the floor proven
+
+
+def context_chain(source: MarkovSource) -> tuple[np.ndarray, np.ndarray]:
+    """The chain on contexts, built densely from the table: P[c, c'] (c = the last `order` tokens read as a
+    base-V number; appending s gives c' = (c * V) mod V^k + s) and h[c], the entropy of c's next token."""
+    V, k = source.vocab_size, source.order
+    n = V ** k
+    P, h = np.zeros((n, n)), np.zeros(n)
+    for c in range(n):
+        for s, p in zip(source.successors[c].tolist(), source.probs[c].tolist()):
+            P[c, (c * V) % n + s] += p
+            h[c] -= p * math.log(p)
+    return P, h
+
+
+def stationary(P: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Power iteration on the lazy chain (I + P) / 2: same stationary distribution, and it converges even
+    when P is periodic. From the uniform start it is the long-run context distribution of the sampled
+    sequences, which start from uniform contexts (a sparse random chain need not be irreducible)."""
+    pi = start
+    for _ in range(100_000):
+        nxt = 0.5 * (pi + pi @ P)
+        if np.abs(nxt - pi).sum() < 1e-15:
+            break
+        pi = nxt
+    assert np.abs(pi @ P - pi).sum() < 1e-12, "power iteration did not converge"
+    return pi
+
+
+def expected_floor(P: np.ndarray, h: np.ndarray, V: int, k: int, T: int) -> float:
+    """Exact expectation of the floor of length-T sequences: targets 1..k-1 are uniform (log V), and the
+    context at position t >= k has distribution uniform @ P^(t-k)."""
+    mu, total = np.full(P.shape[0], 1 / P.shape[0]), (k - 1) * math.log(V)
+    for _ in range(k, T + 1):
+        total += mu @ h
+        mu = mu @ P
+    return total / T
+
+
+def test_floor_approaches_the_entropy_rate_of_the_chain():
+    """The floor of a long held-out sample (400 sequences x 1024 targets) against the entropy rate
+    H = sum_c pi(c) h(c). Tolerance: 4 standard errors of the sample (floor_standard_error) for sampling,
+    plus the start-up bias of finite sequences, computed exactly (E[floor] - H), which shrinks as 1/T."""
+    T = 1024
+    data = build_dataset(markov_cfg(eval_sequences=400, train_sequences=2), seq_len=T, seed=0)
+    source, V, k = data.source, data.source.vocab_size, data.source.order
+    P, h = context_chain(source)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    pi = stationary(P, np.full(P.shape[0], 1 / P.shape[0]))
+    entropy_rate = float(pi @ h)
+    se = data.floor_standard_error
+    assert 0 < se < 0.005  # the sample is large enough for the comparison to mean something
+    expected = expected_floor(P, h, V, k, T)
+    bias = expected - entropy_rate
+    assert abs(data.floor - expected) < 4 * se
+    assert abs(data.floor - entropy_rate) < 4 * se + abs(bias)
+    assert 0 < bias < 2 * se  # the start-up bias is small at this length
+    # ... and fades as 1/T: four times longer sequences carry about a quarter of it
+    assert 0.2 < (expected_floor(P, h, V, k, 4 * T) - entropy_rate) / bias < 0.3
+    # the test tells the right rate from a wrong one: uniform weighting of contexts is far off
+    assert abs(float(h.mean()) - data.floor) > 20 * se
+
+
+class TableOracle(torch.nn.Module):
+    """The best causal predictor: the true next-token distribution from the transition table, in float64.
+    Targets at positions 1..k-1 (a sequence's first tokens are uniform) get the uniform distribution."""
+
+    def __init__(self, source: MarkovSource, causal: bool = True, smoothing: float = 0.0):
+        super().__init__()
+        V, k = source.vocab_size, source.order
+        dense = np.zeros((V ** k, V))
+        for c in range(V ** k):
+            dense[c, source.successors[c]] = source.probs[c]
+        dense = (1 - smoothing) * dense + smoothing / V  # smoothing > 0: a slightly wrong predictor
+        with np.errstate(divide="ignore"):
+            self.log_table = torch.from_numpy(np.log(dense))  # (V^k, V), -inf where the table forbids
+        self.V, self.k = V, k
+        self.cfg = type("Cfg", (), {"causal": causal})()
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = x.shape
+        logits = torch.full((B, T, self.V), -math.log(self.V), dtype=torch.float64)  # (B, T, V)
+        for i in range(self.k - 1, T):  # position i predicts token i + 1 from tokens i-k+1 .. i
+            ctx = torch.zeros(B, dtype=torch.int64)
+            for j in range(i - self.k + 1, i + 1):
+                ctx = ctx * self.V + x[:, j]
+            logits[:, i] = self.log_table[ctx]
+        loss = None if targets is None else F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
+        return logits, loss
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_true_table_scores_exactly_the_floor(causal):
+    """A predictor that knows the table reaches eval/floor (to 1e-12) through the evaluation code itself;
+    a non-causal one scored per prefix too. Any other predictor is above it (Gibbs' inequality)."""
+    data = build_dataset(markov_cfg(), seq_len=32, seed=0)
+    metrics = evaluate(TableOracle(data.source, causal), data.eval.tokens, data.floor)
+    assert metrics["eval/floor"] == data.floor
+    assert metrics["eval/loss_as_trained"] == pytest.approx(data.floor, rel=1e-12, abs=1e-12)
+    # the per-prefix path rounds each position's logits to float32 before its cross-entropy
+    assert metrics["eval/loss_generation"] == pytest.approx(data.floor, rel=1e-12 if causal else 1e-6)
+    assert abs(metrics["eval/below_floor"]) < 1e-12
+    wrong = evaluate(TableOracle(data.source, causal, smoothing=0.01), data.eval.tokens, data.floor)
+    assert wrong["eval/below_floor"] < -1e-4
+
+
+def test_floor_standard_error_by_hand():
+    nll = torch.tensor([[1.0, 3.0], [3.0, 5.0], [2.0, 2.0]], dtype=torch.float64)
+    # sequence means 2, 4, 2; mean 8/3; unbiased variance ((2/3)^2 + (4/3)^2 + (2/3)^2) / 2 = 4/3
+    assert floor_standard_error(Split(torch.zeros(3, 3), nll)) == pytest.approx(math.sqrt(4 / 3) / math.sqrt(3))
+    assert math.isnan(floor_standard_error(Split(torch.zeros(3, 3))))  # unknown NLL
+    assert math.isnan(floor_standard_error(Split(torch.zeros(1, 3), nll[:1])))  # one sequence: no spread
+    data = build_dataset(markov_cfg(), seq_len=32, seed=0)
+    assert data.floor_standard_error == floor_standard_error(data.eval)
+
+
+def test_floor_standard_error_matches_the_spread_of_floors():
+    """Over 200 independent held-out sets (64 x 64 targets), the floors spread by the standard error the
+    helper reports (the spread of 200 draws is known to about 5%); the per-token formula, which ignores
+    the correlation inside a sequence, is about half of it."""
+    source = MarkovSource(vocab_size=16, order=2, branching=4, concentration=0.5, table_seed=0)
+    floors, reported, per_token = [], [], []
+    for i in range(200):
+        split = source.sample(64, 64, seed=(77, i))
+        floors.append(split.true_nll.mean().item())
+        reported.append(floor_standard_error(split))
+        per_token.append(split.true_nll.std().item() / math.sqrt(split.true_nll.numel()))
+    spread = float(np.std(floors, ddof=1))
+    assert 0.85 < spread / float(np.mean(reported)) < 1.15
+    assert spread / float(np.mean(per_token)) > 1.5
 
 
 # ------------------------------------------------------------------ decoded samples
