@@ -359,7 +359,7 @@ class Dataset:
         global_bs = batch_size * world_size
         if global_bs > n:
             raise ValueError(f"train.batch_size ({batch_size}) x processes ({world_size}) must be at most "
-                             f"data.train_sequences ({n})")
+                             f"the {n} training sequences (data.train_sequences)")
         per_epoch = max(1, n // global_bs)
         epoch, slot = divmod(step, per_epoch)
         if self._perm is None or self._perm[0] != (seed, epoch):
