@@ -102,10 +102,12 @@ def train_losses(model, steps=4, autocast=False) -> list[float]:
 def test_fast_paths_train_like_the_plain_path_in_float32(fast):
     plain, other = twin(fast)
     a, b = train_losses(plain), train_losses(other)
-    # float32, 4 AdamW steps: observed differences ~1e-7; a wrong gradient moves the loss by >1e-3
+    # float32, 4 AdamW steps: observed loss differences ~1e-7; a wrong gradient moves the loss by >1e-3
     assert a == pytest.approx(b, rel=2e-6, abs=2e-6)
+    # Adam divides by sqrt(v): an element whose gradient is ~0 can move by a rounding-level amount
+    # (observed 1.3e-6); an element stepped the wrong way differs by ~2 lr = 6e-3
     for (name, pa), pb in zip(plain.named_parameters(), other.parameters()):
-        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_chunked_loss_under_bf16_autocast_matches_plain():
