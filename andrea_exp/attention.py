@@ -7,9 +7,8 @@ can read them and take gradients through them. The fused path hands the same com
 
 from __future__ import annotations
 
-import math
-
 import contextlib
+import math
 
 import torch
 import torch.nn.functional as F
