@@ -7,15 +7,21 @@ can read them and take gradients through them. The fused path hands the same com
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 SCALE_MODES = ("sqrt", "none", "inv")
 # Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
 # explicit path (two GEMMs and a float32 softmax) is several times faster.
 FUSED_MAX_HEAD_DIM = 256
+# `model.sdpa_backend`: which of scaled_dot_product_attention's kernels the fused path may use
+# ("auto" leaves the choice to PyTorch, which prefers flash over cuDNN).
+SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 
 
 def normalize_scale(scale) -> str:
@@ -84,17 +90,32 @@ def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float 
     return out, pattern
 
 
-def fused_attention(q, k, v, *, scale: float, causal: bool):
+def check_sdpa_backend(backend: str) -> str:
+    if backend != "auto" and backend not in SDPA_BACKENDS:
+        raise ValueError(f"model.sdpa_backend must be one of auto, {', '.join(SDPA_BACKENDS)}; got {backend!r}")
+    return backend
+
+
+def sdpa_context(backend: str = "auto"):
+    """A context that restricts scaled_dot_product_attention to one kernel ("auto": no restriction)."""
+    if check_sdpa_backend(backend) == "auto":
+        return contextlib.nullcontext()
+    return sdpa_kernel(SDPA_BACKENDS[backend])
+
+
+def fused_attention(q, k, v, *, scale: float, causal: bool, backend: str = "auto"):
     """The same computation through PyTorch's fused kernels (flash / cuDNN / efficient / math).
 
     SDPA's is_causal aligns the mask to the top-left corner; when there are fewer queries than keys
     (the queries are the last positions) the explicit path's bottom-right mask is passed instead.
+    `backend` forces one kernel (see SDPA_BACKENDS); a kernel that cannot take the shape raises.
     """
     t_q, t_k = q.size(-2), k.size(-2)
-    if causal and t_q != t_k:
-        visible = ~future_mask(t_q, t_k, q.device)  # (t_q, t_k), True where attention is allowed
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)  # (B, H, t_q, d_v)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (B, H, T, d_v)
+    with sdpa_context(backend):
+        if causal and t_q != t_k:
+            visible = ~future_mask(t_q, t_k, q.device)  # (t_q, t_k), True where attention is allowed
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)  # (B, H, t_q, d_v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (B, H, T, d_v)
 
 
 def prefer_fused(d_k: int, d_v: int, mask_fill: float) -> bool:

@@ -14,15 +14,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from andrea_exp.attention import (
+    check_sdpa_backend,
     explicit_attention,
     fused_attention,
     normalize_mask_fill,
     prefer_fused,
     scale_factor,
 )
+from andrea_exp.chunked_loss import linear_cross_entropy
 
 QK_INITS = ("unit", "gpt2", "torch")
 ATTN_IMPLS = ("auto", "explicit", "fused")
+LOSS_IMPLS = ("chunked", "plain")
 
 
 @dataclass
@@ -40,6 +43,10 @@ class ModelConfig:
     qk_init: str = "unit"
     qk_layernorm: bool = False
     attn_impl: str = "auto"
+    sdpa_backend: str = "auto"  # auto | flash | cudnn | efficient | math: the fused path's kernel
+    fused_qkv: bool = True  # one GEMM for q, k and v (the three Linears stay separate parameters)
+    loss_impl: str = "chunked"  # chunked (no (B*T, V) logits kept) | plain
+    loss_chunk_rows: int = 4096  # rows of logits alive at once on the chunked path
     mlp_ratio: int = 4
     dropout: float = 0.0
     tie_embeddings: bool = True
@@ -62,17 +69,37 @@ class Attention(nn.Module):
         self.causal = bool(cfg.causal)
         self.mask_fill = normalize_mask_fill(cfg.mask_fill)
         fused_ok = prefer_fused(cfg.d_k, cfg.d_v, self.mask_fill)
+        if cfg.attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"model.attn_impl must be one of {', '.join(ATTN_IMPLS)}; got {cfg.attn_impl!r}")
         self.use_fused = cfg.attn_impl == "fused" or (cfg.attn_impl == "auto" and fused_ok)
+        self.sdpa_backend = check_sdpa_backend(cfg.sdpa_backend)
+        if cfg.fused_qkv not in (True, False):
+            raise ValueError(f"model.fused_qkv must be one of true, false; got {cfg.fused_qkv!r}")
+        self.fused_qkv = bool(cfg.fused_qkv)
         self.stages: dict | None = None
+
+    def project_qkv(self, x):
+        """x (B, T, d_model) -> q, k (B, T, H*d_k) and v (B, T, H*d_v).
+
+        Fused: one GEMM against the three weights stacked; q, k, v stay separate parameters (their
+        names, their gradients and the probe's grad/L{l}/q|k|v are the same either way).
+        """
+        if not self.fused_qkv:
+            return self.q(x), self.k(x), self.v(x)
+        weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])  # (H*(2 d_k + d_v), d_model)
+        widths = [self.q.out_features, self.k.out_features, self.v.out_features]
+        return F.linear(x, weight).split(widths, dim=-1)
 
     def forward(self, x, causal: bool | None = None):
         B, T, _ = x.shape
         causal = self.causal if causal is None else causal
-        q = self.q_norm(self.q(x).view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
-        k = self.k_norm(self.k(x).view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
-        v = self.v(x).view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
+        q, k, v = self.project_qkv(x)
+        q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
+        k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
+        v = v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
         if self.use_fused and self.stages is None:
-            out = fused_attention(q, k, v, scale=self.scale, causal=causal)  # (B, H, T, d_v)
+            out = fused_attention(q, k, v, scale=self.scale, causal=causal,
+                                  backend=self.sdpa_backend)  # (B, H, T, d_v)
         else:
             if self.stages is not None:
                 self.stages["q"], self.stages["k"] = q, k
@@ -117,6 +144,11 @@ class Andrea(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight
+        if cfg.loss_impl not in LOSS_IMPLS:
+            raise ValueError(f"model.loss_impl must be one of {', '.join(LOSS_IMPLS)}; got {cfg.loss_impl!r}")
+        if isinstance(cfg.loss_chunk_rows, bool) or not isinstance(cfg.loss_chunk_rows, int) \
+                or cfg.loss_chunk_rows < 1:
+            raise ValueError(f"model.loss_chunk_rows must be an integer >= 1; got {cfg.loss_chunk_rows!r}")
         self.apply(self._init_gpt2)
         residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)  # GPT-2: residual projections shrink with depth
         for block in self.blocks:
@@ -151,18 +183,29 @@ class Andrea(nn.Module):
     def forward(self, idx, targets=None, causal: bool | None = None):
         """idx: (B, T) token ids. Returns logits (B, T, V) and, given targets, the mean cross-entropy.
 
-        `causal` overrides the model's own mask setting for this call (used by evaluation).
+        With targets and `loss_impl` "chunked" the logits are never formed as a whole and None is
+        returned in their place. `causal` overrides the model's own mask setting for this call.
         """
         B, T = idx.shape
         pos = torch.arange(T, device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, d_model)
         for block in self.blocks:
             x = block(x, causal=causal)
-        logits = self.head(self.ln_f(x))  # (B, T, V)
+        x = self.ln_f(x)  # (B, T, d_model)
+        if targets is not None and self.cfg.loss_impl == "chunked":
+            return None, self._chunked_loss(x, targets)
+        logits = self.head(x)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def _chunked_loss(self, x, targets):
+        """The plain path's loss without its (B*T, V) logits; GEMMs in the dtype the head would use."""
+        device_type = x.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
+        rows = x.reshape(-1, x.size(-1)).to(dtype)  # (B*T, d_model)
+        return linear_cross_entropy(rows, self.head.weight.to(dtype), targets.reshape(-1), self.cfg.loss_chunk_rows)
 
     def set_capture(self, on: bool) -> list[dict]:
         """Switch every layer to the explicit path and return the per-layer stage dicts (or clear them)."""

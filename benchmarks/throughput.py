@@ -1,117 +1,383 @@
-"""ANDREA-120M training throughput (tokens/s, ms a step, MFU, peak memory) through the real train loop,
-with probes at the default cadence and with probes off; and andrea_small's step time against d_k.
+"""ANDREA-120M against a plain GPT-2-124M (benchmarks/reference_gpt.py), side by side in one process.
 
-    PYTHONPATH=. python3 benchmarks/throughput.py --out benchmarks/results/throughput_h200.json
+Both models are built, compiled and warmed, then timed in alternation A/B/A/B: each pair is one window
+of --window steps of the reference and one of ANDREA, on the same batches. ANDREA runs andrea_exp's
+own pieces (build_model, build_optimizer with its schedule, gradient clipping, Probe at conf/probe's
+cadence); a window of probe.every steps holds exactly one probe, so every pair pays the probe's cost.
+Peak memory is measured per model in its own phase (what the model allocates above what was allocated
+before it was built), for ANDREA split into a training step and a probe. Also: a short timing of each
+SDPA kernel at the model's attention shape, and ablations (--variant) of the fast paths.
+
+    PYTHONPATH=. python3 benchmarks/throughput.py                   # H200: about 3-4 minutes
+    PYTHONPATH=. python3 benchmarks/throughput.py --smoke           # tiny shapes on CPU, seconds
+
+The train loop has no public "build a run" or "one step" function, so ANDREA's step below repeats the
+loop body of andrea_exp.train (forward under autocast, backward, grad_norm, clip_grads_with_norm_,
+optimizer and scheduler step, zero_grad, probe every probe.every steps, a host sync every
+train.log_every steps); tests/test_fast_paths.py checks it reproduces train()'s losses. The hook that
+would remove the copy: `train.build_run(cfg) -> Run` with `.model`, `.optimizer`, `.probe` and
+`Run.step(step) -> (loss, grad_norm)`, used by train() itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import shlex
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from andrea_exp.train import train
-from benchmarks.common import compose_cfg, git_commit, steady_throughput
+from andrea_exp.attention import SDPA_BACKENDS, fused_attention
+from andrea_exp.data import build_dataset
+from andrea_exp.probe import Probe
+from andrea_exp.train import build_model, build_optimizer, grad_norm, setup_runtime
+from benchmarks.common import compose_cfg, git_commit
+from benchmarks.reference_gpt import GPT, GPTConfig
 
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
-
-
-def flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int, d_k: int, d_v: int,
-                    n_head: int, vocab: int) -> float:
-    """Training FLOPs a token (forward + backward = 3x forward): 6 N for the weight matmuls (the tied head
-    counts as one) plus attention's two T x T products, q.k^T (2 T d_k a head) and p.v (2 T d_v a head),
-    as in the PaLM appendix; the causal half is not subtracted, like the reference's count."""
-    matmul = 6 * (n_params_non_embedding + vocab * d_model)
-    attention = 6 * n_layer * seq_len * n_head * (d_k + d_v)
-    return matmul + attention
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "throughput_h200.json"
+TARGET_RATIO, GOAL_RATIO = 1.05, 1.10
+DEFAULT_VARIANTS = ("model.loss_impl=plain", "model.fused_qkv=false")
 
 
-def run_once(overrides: list[str], skip_steps: int) -> dict:
-    cfg = compose_cfg(overrides)
-    with tempfile.TemporaryDirectory() as tmp:
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        summary = train(cfg, Path(tmp))
-        wall = time.perf_counter() - t0
-        figures = steady_throughput(Path(tmp), skip_steps)
-    figures["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
-    figures["status"] = summary["run/status"]
-    figures["wall_s"] = wall
-    figures["params"] = summary["model/params"]
-    return figures
-
-
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="andrea_120m")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, no compile (for tests)")
+    parser.add_argument("--pairs", type=int, default=4, help="A/B pairs of timed windows")
+    parser.add_argument("--window", type=int, default=None, help="steps per timed window; default probe.every")
+    parser.add_argument("--warmup-steps", type=int, default=8, help="untimed steps per model (compilation)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=50304)
-    parser.add_argument("--steps", type=int, default=300, help="steps per run, warm-up included")
-    parser.add_argument("--warmup", type=int, default=100, help="steps left out of the timing (compilation)")
-    parser.add_argument("--probe-every", type=int, default=100, help="the default probe cadence")
-    parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--peak-flops", type=float, default=None, help="bf16 peak; default by GPU name (989e12)")
-    parser.add_argument("--dk-curve", default="64,128,256,512,1024,2048,4096",
-                        help="d_k values for andrea_small's step time ('' to skip)")
-    parser.add_argument("--dk-steps", type=int, default=40)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--compile-mode", default="default",
+                        help="torch.compile mode for both models (default, max-autotune-no-cudagraphs, ...)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="Hydra override for ANDREA's headline run (repeatable), e.g. model.sdpa_backend=cudnn")
+    parser.add_argument("--variant", action="append", default=None, metavar="K=V[,K=V]",
+                        help=f"an ablation timed against the reference after the headline (repeatable); "
+                             f"default {' and '.join(DEFAULT_VARIANTS)}; 'none' for none")
+    parser.add_argument("--no-sdpa-sweep", action="store_true", help="skip the per-kernel attention timing")
+    parser.add_argument("--budget-s", type=float, default=270.0,
+                        help="skip ablations that would end after this many seconds from the start")
+    parser.add_argument("--out", type=Path, default=None, help=f"JSON result (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv)
+    if args.variant is None:
+        args.variant = [] if args.smoke else list(DEFAULT_VARIANTS)
+    args.variant = [v for v in args.variant if v != "none"]
+    if args.smoke:
+        args.batch_size, args.seq_len, args.vocab = 4, 32, 128
+        args.warmup_steps = min(args.warmup_steps, 2)
+        args.pairs = min(args.pairs, 2)
+    if args.out is None:
+        args.out = Path(tempfile.gettempdir()) / "throughput_smoke.json" if args.smoke else DEFAULT_OUT
+    if args.pairs < 1 or args.warmup_steps < 1 or (args.window is not None and args.window < 1):
+        parser.error("--pairs, --warmup-steps and --window must be >= 1")
+    return args
 
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    peak = args.peak_flops or next((v for k, v in PEAK_BF16.items() if k in gpu), 989e12)
-    common = [f"model={args.model}", f"data.vocab_size={args.vocab}", "data.order=1", "data.branching=4",
-              f"data.seq_len={args.seq_len}", f"model.block_size={max(args.seq_len, 64)}",
-              f"data.train_sequences={max(4 * args.batch_size, 2048)}", "data.eval_sequences=16",
-              f"train.batch_size={args.batch_size}", f"train.max_steps={args.steps}", "train.eval_every=0",
-              "train.sample_tokens=0", "train.warmup_steps=10", f"train.compile={not args.no_compile}",
-              "train.log_every=10", "probe.maps_every=0", "probe.batch_size=4", "logger.mode=disabled",
-              f"train.device={args.device}", "train.progress=false"]
-    cfg = compose_cfg(common)
-    results = {"gpu": gpu, "model": args.model, "n_layer": cfg.model.n_layer, "d_model": cfg.model.d_model,
-               "n_head": cfg.model.n_head, "d_k": cfg.model.d_k, "seq_len": args.seq_len, "vocab_size": args.vocab,
-               "batch_size": args.batch_size, "compile": not args.no_compile, "steps": args.steps,
-               "warmup_steps_excluded": args.warmup, "peak_flops": peak, "torch": torch.__version__,
-               "commit": git_commit()}
-    runs = {}
-    for label, every in (("probes_on", args.probe_every), ("probes_off", 0)):
-        runs[label] = run_once(common + [f"probe.every={every}"], args.warmup)
-        n_non_emb = runs[label]["params"] - cfg.model.block_size * cfg.model.d_model - args.vocab * cfg.model.d_model
-        fpt = flops_per_token(n_non_emb, cfg.model.n_layer, cfg.model.d_model, args.seq_len, cfg.model.d_k,
-                              cfg.model.d_v, cfg.model.n_head, args.vocab)
-        runs[label]["ms_per_step"] = 1e3 * args.batch_size * args.seq_len / runs[label]["tokens_per_s"]
-        runs[label]["mfu"] = runs[label]["tokens_per_s"] * fpt / peak
-        runs[label]["flops_per_token"] = fpt
-        print(f"{label:10s} {runs[label]['tokens_per_s']:>12,.0f} tokens/s  {runs[label]['ms_per_step']:7.1f} ms/step  "
-              f"MFU {100 * runs[label]['mfu']:5.1f}%  peak mem {runs[label]['peak_mem_gb'] or 0:.1f} GB", flush=True)
-    results.update({"tokens_per_s": runs["probes_on"]["tokens_per_s"], "mfu": runs["probes_on"]["mfu"],
-                    "probes": True, "probe_every": args.probe_every, "runs": runs})
 
-    curve = []
-    for d_k in [int(v) for v in args.dk_curve.split(",") if v]:
-        for scale in ("true", "false"):
-            small = ["model=andrea_small", f"model.d_k={d_k}", f"model.scale={scale}", "data.seq_len=256",
-                     f"train.max_steps={args.dk_steps}", "train.eval_every=0", "train.sample_tokens=0",
-                     "probe.every=0", "logger.mode=disabled", "train.batch_size=64", f"train.device={args.device}",
-                     "train.progress=false", "train.compile=false", "data.train_sequences=4096",
-                     "data.eval_sequences=16"]
-            figures = run_once(small, skip_steps=10)
-            point = {"d_k": d_k, "scale": scale == "true", "ms_per_step": 1e3 * 64 * 256 / figures["tokens_per_s"],
-                     "tokens_per_s": figures["tokens_per_s"], "status": figures["status"]}
-            curve.append(point)
-            print(f"andrea_small d_k={d_k:5d} scale={scale:5s} {point['ms_per_step']:7.2f} ms/step", flush=True)
-    results["dk_curve"] = {"model": "andrea_small", "batch_size": 64, "seq_len": 256, "compile": False, "points": curve}
-    text = json.dumps(results, indent=2)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-    print(text)
+def andrea_overrides(args) -> list[str]:
+    common = [f"data.vocab_size={args.vocab}", "data.order=1", "data.branching=4", f"data.seq_len={args.seq_len}",
+              f"model.block_size={args.seq_len}", f"data.train_sequences={8 * args.batch_size}",
+              "data.eval_sequences=16", f"train.batch_size={args.batch_size}", "train.max_steps=100000",
+              "logger.mode=disabled", "train.progress=false"]
+    if args.smoke:
+        return ["model=andrea_tiny", *common, "train.device=cpu", "train.compile=false", "probe.every=3",
+                "data.eval_sequences=8"]
+    return ["model=andrea_120m", *common, "train.device=cuda", "train.compile=true"]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class AndreaRun:
+    """ANDREA trained by andrea_exp's pieces, one step at a time (see the module docstring)."""
+
+    def __init__(self, cfg, compile_mode: str, run_dir: Path):
+        self.rt = setup_runtime(cfg)
+        torch.manual_seed(cfg.seed)
+        self.data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(self.rt.device)
+        self.model = build_model(cfg, self.data.vocab_size).to(self.rt.device)
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg, self.rt.device)
+        self.train_model = torch.compile(self.model, mode=compile_mode) if cfg.train.compile else self.model
+        self.probe = None
+        if cfg.probe.every > 0:
+            self.probe = Probe(self.model, self.data.eval.tokens[: cfg.probe.batch_size], cfg.probe, run_dir)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.batch_size, self.seed = cfg.train.batch_size, cfg.seed
+        self.grad_clip, self.log_every, self.probe_every = cfg.train.grad_clip, cfg.train.log_every, cfg.probe.every
+        self.step_no = 0
+        self.window: list[torch.Tensor] = []
+        self.losses: list[float] = []
+        self.probes_run = 0
+
+    def step(self, with_probe: bool = True) -> None:
+        step = self.step_no
+        if with_probe and self.probe is not None and step % self.probe_every == 0:
+            self.probe.measure(step)
+            self.probes_run += 1
+        x, y = self.data.batch(step, self.batch_size, self.seed)
+        with self.rt.autocast():
+            _, loss = self.train_model(x, y)
+        loss.backward()
+        gn = grad_norm(self.params)  # global, before clipping
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.grad_clip, gn)
+        self.scheduler.get_last_lr()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.window.append(torch.stack([loss.detach(), gn.detach()]))
+        self.step_no += 1
+        if len(self.window) >= self.log_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """The loop's one host sync per logging window."""
+        if self.window:
+            self.losses.extend(row[0] for row in torch.stack(self.window).float().tolist())
+            self.window = []
+
+
+class ReferenceRun:
+    """The plain GPT-2 on the same batches: forward, backward, clip to norm 1, fused AdamW."""
+
+    def __init__(self, cfg, data, device: torch.device, autocast, compile_mode: str, compile_on: bool):
+        torch.manual_seed(cfg.seed)
+        gpt = GPTConfig(vocab_size=data.vocab_size, block_size=cfg.data.seq_len, n_layer=cfg.model.n_layer,
+                        n_head=cfg.model.n_head, d_model=cfg.model.d_model)
+        self.model = GPT(gpt).to(device)
+        tc = cfg.train
+        self.optimizer = self.model.optimizer(tc.lr, tc.weight_decay, (tc.beta1, tc.beta2), fused=device.type == "cuda")
+        self.train_model = torch.compile(self.model, mode=compile_mode) if compile_on else self.model
+        self.data, self.autocast, self.batch_size, self.seed = data, autocast, tc.batch_size, cfg.seed
+        self.log_every, self.step_no, self.window = tc.log_every, 0, []
+
+    def step(self, with_probe: bool = True) -> None:
+        x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
+        with self.autocast():
+            loss = self.train_model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.window.append(loss.detach())
+        self.step_no += 1
+        if len(self.window) >= self.log_every:  # the same host sync cadence as ANDREA's loop
+            torch.stack(self.window).tolist()
+            self.window = []
+
+
+def timed_window(run, steps: int, device: torch.device) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        run.step()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def resident_bytes(model, optimizer) -> int:
+    """A model's own lasting memory: its parameters and its optimiser's state."""
+    tensors = list(model.parameters()) + [t for st in optimizer.state.values() for t in st.values()
+                                          if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def peak_gb(fn, run) -> float | None:
+    """The run's memory while fn runs, in GB: its resident weights and optimiser state plus the peak that
+    fn allocates above what is allocated now (the other model, the data and caches left out)."""
+    device = next(run.model.parameters()).device
+    if device.type != "cuda":
+        fn()
+        return None
+    sync(device)
+    base = torch.cuda.memory_allocated(device) - resident_bytes(run.model, run.optimizer)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    sync(device)
+    return (torch.cuda.max_memory_allocated(device) - base) / 1e9
+
+
+def sdpa_sweep(cfg, batch_size: int, device: torch.device, dtype) -> dict:
+    """fwd + bwd ms of each SDPA kernel at the model's attention shape (causal, 1/sqrt(d_k))."""
+    H, T, d_k, d_v = cfg.model.n_head, cfg.data.seq_len, cfg.model.d_k, cfg.model.d_v
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k = (torch.randn(batch_size, H, T, d_k, device=device, dtype=dtype, generator=gen) for _ in range(2))
+    v = torch.randn(batch_size, H, T, d_v, device=device, dtype=dtype, generator=gen)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    out = {}
+    for backend in ("auto", *SDPA_BACKENDS):
+        def run():
+            fused_attention(q, k, v, scale=d_k ** -0.5, causal=True, backend=backend).sum().backward()  # noqa: B023
+        try:
+            for _ in range(2):
+                run()
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(10):
+                run()
+            sync(device)
+            out[backend] = {"ms": 1e3 * (time.perf_counter() - t0) / 10}
+        except RuntimeError as err:
+            out[backend] = {"error": str(err).strip().splitlines()[0][:200]}
+    return out
+
+
+def tokens_per_s(tokens: int, seconds: float) -> float:
+    return tokens / max(seconds, 1e-12)
+
+
+class Result:
+    """The JSON result, written again after every stage so a run cut short still leaves what it measured."""
+
+    def __init__(self, path: Path, head: dict):
+        self.path, self.data = path, head
+
+    def update(self, **items) -> None:
+        self.data.update(items)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
+
+
+def release(*runs) -> None:
+    for run in runs:
+        del run
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    cfg = compose_cfg(andrea_overrides(args) + args.override)
+    window = args.window or (cfg.probe.every if cfg.probe.every > 0 else 100)
+    device_name = "cpu" if args.smoke else torch.cuda.get_device_name()
+    argv_used = sys.argv[1:] if argv is None else list(argv)
+    result = Result(args.out, {
+        "command": "PYTHONPATH=. python3 benchmarks/throughput.py " + shlex.join(argv_used),
+        "commit": git_commit(), "gpu": device_name, "torch": torch.__version__, "smoke": args.smoke,
+        "batch_size": args.batch_size, "seq_len": args.seq_len, "vocab_size": args.vocab,
+        "compile_mode": args.compile_mode, "andrea_overrides": andrea_overrides(args) + args.override,
+        "probe_every": cfg.probe.every, "probe_batch_size": cfg.probe.batch_size, "window_steps": window,
+        "target_ratio": TARGET_RATIO, "goal_ratio": GOAL_RATIO})
+    tokens_per_window = args.batch_size * args.seq_len * window
+
+    def say(text: str) -> None:
+        print(f"[throughput {time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    tmp = tempfile.TemporaryDirectory()
+    andrea = AndreaRun(cfg, args.compile_mode, Path(tmp.name))
+    device = andrea.rt.device
+    reference = ReferenceRun(cfg, andrea.data, device, andrea.rt.autocast, args.compile_mode, cfg.train.compile)
+    say(f"ANDREA {andrea.model.num_params():,} parameters, reference {reference.model.num_params():,}; "
+        f"{device_name}, torch {torch.__version__}")
+    result.update(params=andrea.model.num_params(), reference_params=reference.model.num_params(),
+                  model_config={k: v for k, v in vars(andrea.model.cfg).items()})
+
+    if not args.no_sdpa_sweep:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        sweep = sdpa_sweep(cfg, args.batch_size, device, dtype)
+        say("SDPA fwd+bwd at the model's shape: " + ", ".join(
+            f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} n/a" for k, v in sweep.items()))
+        result.update(sdpa_backends_ms=sweep)
+
+    t0 = time.perf_counter()
+    for _ in range(args.warmup_steps):
+        reference.step()
+    reference_peak = peak_gb(lambda: [reference.step() for _ in range(3)], reference)
+    compile_ref_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(args.warmup_steps):
+        andrea.step(with_probe=False)
+    if andrea.probe is not None:
+        andrea.probe.measure(andrea.step_no)  # the probe's first call (eager kernels, handles) is warm-up too
+    andrea_train_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(3)], andrea)
+    andrea_probe_peak = None
+    if andrea.probe is not None:
+        andrea_probe_peak = peak_gb(lambda: andrea.probe.measure(andrea.step_no), andrea)
+    compile_andrea_s = time.perf_counter() - t0
+    peaks = [p for p in (andrea_train_peak, andrea_probe_peak) if p is not None]
+    result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s},
+                  reference_peak_mem_gb=reference_peak, peak_mem_gb=max(peaks) if peaks else None,
+                  andrea_train_step_peak_mem_gb=andrea_train_peak, andrea_probe_peak_mem_gb=andrea_probe_peak,
+                  memory_note="a model's parameters and Adam state plus the peak its steps allocate above "
+                              "that (the other model, the data and caches left out); ANDREA's peak is the larger "
+                              "of a training step and a probe")
+    say(f"warm-up: reference {compile_ref_s:.1f}s, ANDREA {compile_andrea_s:.1f}s; peak memory: reference "
+        f"{reference_peak or 0:.2f} GB, ANDREA train step {andrea_train_peak or 0:.2f} GB, probe "
+        f"{andrea_probe_peak or 0:.2f} GB")
+
+    # align ANDREA's step count so each window of probe.every steps starts with a probe
+    if andrea.probe is not None and window % andrea.probe_every == 0:
+        while andrea.step_no % andrea.probe_every:
+            andrea.step(with_probe=False)
+    pairs = []
+    for i in range(args.pairs):
+        probes_before = andrea.probes_run
+        t_ref = timed_window(reference, window, device)
+        t_andrea = timed_window(andrea, window, device)
+        pair = {"reference_tokens_per_s": tokens_per_s(tokens_per_window, t_ref),
+                "tokens_per_s": tokens_per_s(tokens_per_window, t_andrea),
+                "ratio": t_ref / t_andrea, "probes_in_window": andrea.probes_run - probes_before}
+        pairs.append(pair)
+        say(f"pair {i}: reference {pair['reference_tokens_per_s']:,.0f} tok/s, ANDREA {pair['tokens_per_s']:,.0f} "
+            f"tok/s ({pair['probes_in_window']} probe), ratio {pair['ratio']:.3f}")
+        result.update(pairs=pairs)
+    andrea.flush()
+    ratio = statistics.median(p["ratio"] for p in pairs)
+    total_ref = sum(tokens_per_window / p["reference_tokens_per_s"] for p in pairs)
+    total_andrea = sum(tokens_per_window / p["tokens_per_s"] for p in pairs)
+    result.update(tokens_per_s=tokens_per_window * len(pairs) / total_andrea,
+                  reference_tokens_per_s=tokens_per_window * len(pairs) / total_ref,
+                  ratio=ratio, ratio_aggregate=total_ref / total_andrea,
+                  ratio_target_met=ratio >= TARGET_RATIO,
+                  memory_target_met=None if reference_peak is None else max(peaks) <= reference_peak,
+                  andrea_last_loss=andrea.losses[-1] if andrea.losses else None)
+    say(f"ANDREA {result.data['tokens_per_s']:,.0f} tok/s, reference {result.data['reference_tokens_per_s']:,.0f} "
+        f"tok/s: median ratio {ratio:.3f} (target {TARGET_RATIO}, goal {GOAL_RATIO})")
+
+    variants = {}
+    headline_cost = compile_andrea_s + 2 * max(total_andrea, total_ref) / len(pairs)
+    for spec in args.variant:
+        if time.perf_counter() - started + headline_cost > args.budget_s:
+            variants[spec] = {"skipped": f"would pass --budget-s {args.budget_s:g}"}
+            say(f"variant {spec}: skipped (time budget)")
+            continue
+        try:
+            release(andrea)
+            andrea = None
+            vcfg = compose_cfg(andrea_overrides(args) + args.override + spec.split(","))
+            run = AndreaRun(vcfg, args.compile_mode, Path(tmp.name))
+            for _ in range(args.warmup_steps):
+                run.step(with_probe=False)
+            vpeak = peak_gb(lambda: [run.step(with_probe=False) for _ in range(3)], run)  # noqa: B023
+            while run.probe is not None and run.step_no % run.probe_every:
+                run.step(with_probe=False)
+            t_ref = timed_window(reference, window, device)
+            t_run = timed_window(run, window, device)
+            variants[spec] = {"tokens_per_s": tokens_per_s(tokens_per_window, t_run),
+                              "reference_tokens_per_s": tokens_per_s(tokens_per_window, t_ref),
+                              "ratio": t_ref / t_run, "train_step_peak_mem_gb": vpeak}
+            say(f"variant {spec}: ratio {t_ref / t_run:.3f}, train-step peak {vpeak or 0:.2f} GB")
+            release(run)
+        except Exception as err:  # an ablation failing must not lose the headline
+            variants[spec] = {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
+            say(f"variant {spec}: failed: {variants[spec]['error']}")
+        result.update(variants=variants)
+    result.update(variants=variants, total_s=time.perf_counter() - started)
+    tmp.cleanup()
+    say(f"wrote {args.out}")
+    print(json.dumps(result.data, indent=2), flush=True)
+    return result.data
 
 
 if __name__ == "__main__":

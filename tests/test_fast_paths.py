@@ -1,0 +1,211 @@
+"""Fast paths give the plain path's numbers: chunked linear + cross-entropy, fused q/k/v projection,
+a forced SDPA kernel. Each is checked against an independent computation, then for a few optimiser steps."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from andrea_exp.chunked_loss import linear_cross_entropy
+from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.probe import Probe
+
+
+def rows(n=23, d=6, v=11, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen, dtype=dtype, requires_grad=True)
+    w = torch.randn(v, d, generator=gen, dtype=dtype, requires_grad=True)
+    t = torch.randint(0, v, (n,), generator=gen)
+    return x, w, t
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 23, 100])
+def test_chunked_loss_and_gradients_match_cross_entropy_in_float64(chunk_rows):
+    x, w, t = rows()
+    plain = F.cross_entropy(x @ w.t(), t)
+    gx, gw = torch.autograd.grad(plain, (x, w))
+    chunked = linear_cross_entropy(x, w, t, chunk_rows)
+    cx, cw = torch.autograd.grad(chunked, (x, w))
+    # float64 throughout: only summation order differs, ~1e-16 relative
+    torch.testing.assert_close(chunked, plain, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cx, gx, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(cw, gw, rtol=1e-10, atol=1e-12)
+
+
+def test_chunked_loss_by_hand_on_two_rows():
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)  # logits: [1,0,0], [0,2,0]
+    t = torch.tensor([0, 2])
+    e = math.e
+    by_hand = (-math.log(e / (e + 2)) - math.log(1 / (2 + e ** 2))) / 2
+    assert linear_cross_entropy(x, w, t, 1).item() == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_chunked_gradient_scales_with_the_upstream_gradient():
+    x, w, t = rows()
+    (3.0 * linear_cross_entropy(x, w, t, 4)).backward()
+    gx3 = x.grad.clone()
+    x.grad = None
+    linear_cross_entropy(x, w, t, 4).backward()
+    torch.testing.assert_close(gx3, 3.0 * x.grad, rtol=1e-12, atol=0)
+
+
+def test_chunked_loss_without_grad_and_bad_input():
+    x, w, t = rows()
+    with torch.no_grad():
+        loss = linear_cross_entropy(x, w, t, 4)
+    assert not loss.requires_grad
+    assert loss.item() == pytest.approx(F.cross_entropy(x @ w.t(), t).item(), rel=1e-12)
+    with pytest.raises(ValueError, match=r"model\.loss_chunk_rows must be an integer >= 1; got 0"):
+        linear_cross_entropy(x, w, t, 0)
+    with pytest.raises(ValueError, match="must share a dtype"):
+        linear_cross_entropy(x.float(), w, t)
+
+
+BASE = dict(vocab_size=40, block_size=24, d_model=32, n_layer=2, n_head=4, d_k=8, d_v=12)
+PLAIN = dict(loss_impl="plain", fused_qkv=False, sdpa_backend="auto")
+FAST_PATHS = [dict(loss_impl="chunked", loss_chunk_rows=7), dict(fused_qkv=True),
+              dict(sdpa_backend="math", attn_impl="fused"),
+              dict(loss_impl="chunked", loss_chunk_rows=16, fused_qkv=True, sdpa_backend="math")]
+
+
+def twin(fast: dict, **extra) -> tuple[Andrea, Andrea]:
+    torch.manual_seed(0)
+    plain = Andrea(ModelConfig(**BASE, **{**PLAIN, **extra}))
+    other = Andrea(ModelConfig(**BASE, **{**PLAIN, **extra, **fast}))
+    other.load_state_dict(plain.state_dict())
+    return plain, other
+
+
+def train_losses(model, steps=4, autocast=False) -> list[float]:
+    gen = torch.Generator().manual_seed(1)
+    opt = torch.optim.AdamW(model.param_groups(0.1), lr=3e-3)
+    out = []
+    for _ in range(steps):
+        idx = torch.randint(0, 40, (3, 20), generator=gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        out.append(loss.item())
+    return out
+
+
+@pytest.mark.parametrize("fast", FAST_PATHS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def test_fast_paths_train_like_the_plain_path_in_float32(fast):
+    plain, other = twin(fast)
+    a, b = train_losses(plain), train_losses(other)
+    # float32, 4 AdamW steps: observed loss differences ~1e-7; a wrong gradient moves the loss by >1e-3
+    assert a == pytest.approx(b, rel=2e-6, abs=2e-6)
+    # Adam divides by sqrt(v): an element whose gradient is ~0 can move by a rounding-level amount
+    # (observed 1.3e-6); an element stepped the wrong way differs by ~2 lr = 6e-3
+    for (name, pa), pb in zip(plain.named_parameters(), other.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_chunked_loss_under_bf16_autocast_matches_plain():
+    plain, other = twin(dict(loss_impl="chunked", loss_chunk_rows=5))
+    a, b = train_losses(plain, steps=3, autocast=True), train_losses(other, steps=3, autocast=True)
+    # same bf16 GEMMs, float32 softmax on both: the losses differ by summation order and by the bf16
+    # rounding of d loss / d logits (eps 2^-8), well under a wrong-path difference
+    assert a == pytest.approx(b, rel=2e-3)
+
+
+def test_fused_qkv_keeps_parameter_names_and_shapes():
+    plain, fused = twin(dict(fused_qkv=True))
+    assert {k: v.shape for k, v in plain.state_dict().items()} == {k: v.shape for k, v in fused.state_dict().items()}
+    x = torch.randn(2, 5, 32)
+    q, k, v = fused.blocks[0].attn.project_qkv(x)
+    attn = plain.blocks[0].attn
+    torch.testing.assert_close(q, attn.q(x))
+    torch.testing.assert_close(k, attn.k(x))
+    torch.testing.assert_close(v, attn.v(x))
+    assert v.shape == (2, 5, 4 * 12)  # d_v is its own width
+
+
+def test_probe_metrics_are_the_same_on_fast_paths(tmp_path: Path):
+    plain, fast = twin(dict(loss_impl="chunked", loss_chunk_rows=9, fused_qkv=True))
+    tokens = torch.randint(0, 40, (2, 13), generator=torch.Generator().manual_seed(2))
+    cfg = OmegaConf.create({"maps_heads": 2, "per_head": False})
+    a = Probe(plain, tokens, cfg, tmp_path).measure(0)
+    b = Probe(fast, tokens, cfg, tmp_path).measure(0)
+    assert a.keys() == b.keys() and "grad/L0/q" in a and "grad/L1/v" in a
+    for key in a:
+        assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+def test_chunked_model_returns_no_logits_with_targets_and_logits_without():
+    _, fast = twin(dict(loss_impl="chunked"))
+    idx = torch.randint(0, 40, (2, 6))
+    logits, loss = fast(idx, idx)
+    assert logits is None and loss.ndim == 0
+    logits, loss = fast(idx)
+    assert logits.shape == (2, 6, 40) and loss is None
+
+
+@pytest.mark.parametrize("key,value,allowed", [
+    ("loss_impl", "fast", "chunked, plain"),
+    ("sdpa_backend", "flash2", "auto, flash, cudnn, efficient, math"),
+    ("fused_qkv", "yes", "true, false"),
+    ("attn_impl", "sdpa", "auto, explicit, fused"),
+])
+def test_bad_settings_name_the_setting(key, value, allowed):
+    with pytest.raises(ValueError, match=rf"model\.{key} must be one of {allowed}; got '{value}'"):
+        Andrea(ModelConfig(**BASE, **{key: value}))
+
+
+def test_bad_chunk_rows_names_the_setting():
+    with pytest.raises(ValueError, match=r"model\.loss_chunk_rows must be an integer >= 1; got 0"):
+        Andrea(ModelConfig(**BASE, loss_chunk_rows=0))
+
+
+def test_benchmark_step_reproduces_train_losses(tmp_path: Path):
+    """benchmarks/throughput.py repeats the train loop's step: same losses as train() for the same settings."""
+    from andrea_exp.train import train
+    from benchmarks.common import compose_cfg
+    from benchmarks.throughput import AndreaRun
+
+    overrides = ["model=andrea_tiny", "train.device=cpu", "train.max_steps=6", "train.log_every=2",
+                 "train.eval_every=0", "train.sample_tokens=0", "probe.every=3", "probe.maps_every=0",
+                 "logger.mode=disabled", "train.progress=false", "data.train_sequences=64", "data.eval_sequences=8"]
+    cfg = compose_cfg(overrides)
+    (tmp_path / "train").mkdir()
+    train(cfg, tmp_path / "train")
+    logged = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    by_step = {r["step"]: r["train/loss"] for r in logged if "train/loss" in r}
+    run = AndreaRun(compose_cfg(overrides), "default", tmp_path / "bench")
+    for _ in range(6):
+        run.step()
+    run.flush()
+    assert run.probes_run == 2
+    assert run.losses == pytest.approx([by_step[s] for s in range(6)], rel=1e-6)
+
+
+def test_throughput_smoke_writes_the_result(tmp_path: Path):
+    from benchmarks.throughput import main
+
+    out = tmp_path / "t.json"
+    data = main(["--smoke", "--pairs", "2", "--variant", "model.fused_qkv=false", "--out", str(out)])
+    written = json.loads(out.read_text())
+    assert written["ratio"] == data["ratio"] > 0
+    assert len(written["pairs"]) == 2 and all(p["probes_in_window"] == 1 for p in written["pairs"])
+    for key in ("tokens_per_s", "reference_tokens_per_s", "peak_mem_gb", "reference_peak_mem_gb", "commit",
+                "gpu", "torch", "command", "sdpa_backends_ms"):
+        assert key in written, key
+    assert written["params"] == written["reference_params"]  # same shapes, same parameter count
+    assert "ratio" in written["variants"]["model.fused_qkv=false"]
+
+
+def test_reference_gpt_has_andrea_120m_parameter_count():
+    from benchmarks.reference_gpt import GPT, GPTConfig
+
+    with torch.device("meta"):
+        assert GPT(GPTConfig()).num_params() == 124_439_040  # ANDREA-120M's count (tests/test_model.py)
