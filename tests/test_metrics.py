@@ -244,7 +244,7 @@ def test_row_gradient_stats_on_constructed_norms():
     p10, p50, p90 = (ranked[0] + 0.9 * (ranked[1] - ranked[0]), (ranked[4] + ranked[5]) / 2,
                      ranked[8] + 0.1 * (ranked[9] - ranked[8]))  # positions 0.9, 4.5, 8.1
     assert got["row_p10"][0].item() == pytest.approx(p10, abs=1e-12)
-    assert got["row_p50"].tolist() == pytest.approx([1.5, 3.0])
+    assert got["row_p50"].tolist() == pytest.approx([p50, 2 * p50]) and p50 == 1.5
     assert got["row_p90"].tolist() == pytest.approx([p90, 2 * p90])
     # top ceil(1.0) = 1 row: 36 of the squares' sum 1 + 4 + ... + 36 = 91 (+ about 1e-12 from the dead rows)
     assert got["top10_share"].tolist() == pytest.approx([36 / 91, 36 / 91], rel=1e-6)
