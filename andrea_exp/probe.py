@@ -28,7 +28,9 @@ out; without the mask every row counts), each layer's rows being its (batch, hea
 - `grad/L{l}/scores_row_p10|p50|p90`: quantiles (linear interpolation) of the row norms
   ||d loss / d S_i||_2, loss = the probe's mean token cross-entropy; `grad/L{l}/scores_dead_frac`:
   share of rows below `probe.dead_grad` (default 1e-6); `grad/L{l}/scores_top10_share`: share of
-  the summed squared row norms carried by the top ceil(10%) of rows.
+  the summed squared row norms carried by the top ceil(10%) of rows. The loss being a mean over the
+  probe's B * T tokens, a row norm scales like 1 / (B * T): compare these readings, and the fixed
+  dead_grad threshold, between runs of the same probe.batch_size and sequence length.
 - Pooled: means and fractions (jac_norm, jac_dead_frac, scores_dead_frac) are the mean over layers
   of the per-layer values (every layer has the same rows, so also the mean over all rows); quantiles
   and top10_share are taken over all rows of all layers together, not averaged over layers.
