@@ -20,6 +20,26 @@ Averaging (all plain means, every row weighted equally):
   `attn/q_std`, `attn/k_std`: their mean over layers;
 - `grad/L{l}/scores`: L2 norm of d loss / d scores of the layer (masked entries get exactly 0);
   `grad/scores`: the global L2 norm over layers; `grad/...` of parameters: joint L2 norm per group.
+
+Per row, over the query rows with more than one visible key (a causal row 0 sees one key and is left
+out; without the mask every row counts), each layer's rows being its (batch, head, query) triples:
+- `attn/L{l}/jac_norm`: mean Frobenius norm of the softmax Jacobian diag(p) - p p^T of the row;
+  `attn/L{l}/jac_dead_frac`: share of rows whose norm is below `probe.dead_jac` (default 1e-3);
+- `grad/L{l}/scores_row_p10|p50|p90`: quantiles (linear interpolation) of the row norms
+  ||d loss / d S_i||_2, loss = the probe's mean token cross-entropy; `grad/L{l}/scores_dead_frac`:
+  share of rows below `probe.dead_grad` (default 1e-6); `grad/L{l}/scores_top10_share`: share of
+  the summed squared row norms carried by the top ceil(10%) of rows. The loss being a mean over the
+  probe's B * T tokens, a row norm scales like 1 / (B * T): compare these readings, and the fixed
+  dead_grad threshold, between runs of the same probe.batch_size and sequence length.
+- Pooled: means and fractions (jac_norm, jac_dead_frac, scores_dead_frac) are the mean over layers
+  of the per-layer values (every layer has the same rows, so also the mean over all rows); quantiles
+  and top10_share are taken over all rows of all layers together, not averaged over layers.
+- `attn/L{l}/qk_spectral`: the largest singular value over the layer's heads of the logit's bilinear
+  form scale * W_q^h^T W_k^h (d_model x d_model; the projections have no bias). With QK-LayerNorm the
+  projections' size is normalised away, and the value is instead that of scale * C diag(g_q * g_k) C,
+  g the two LayerNorms' gains (shared by the heads) and C the centring, the form acting on the
+  standardised query and key (norm ~ sqrt(d_k)); LayerNorm biases are left out.
+  `attn/qk_spectral`: the max over layers.
 """
 
 from __future__ import annotations
@@ -29,10 +49,36 @@ from pathlib import Path
 
 import torch
 
+from andrea_exp import metric_keys as mk
 from andrea_exp.maps import save_attention_maps
-from andrea_exp.metrics import component_std, head_attention_stats
+from andrea_exp.metrics import (
+    component_std,
+    first_kept_row,
+    head_attention_stats,
+    qk_layernorm_spectral_norm,
+    qk_spectral_norm,
+    row_gradient_stats,
+    softmax_jacobian_norm,
+)
 
 ATTN_STATS = ("entropy", "entropy_norm", "max_prob", "saturated_frac", "score_std", "score_max")
+DEAD_JAC = 1e-3  # probe.dead_jac: a row whose softmax Jacobian norm is below this passes no gradient
+DEAD_GRAD = 1e-6  # probe.dead_grad: a row whose ||d loss / d S_i|| is below this learns nothing
+# row_gradient_stats name -> pooled key; the per-layer key is metric_keys.per_layer(key, l)
+ROW_GRAD_KEYS = {"row_p10": mk.GRAD_SCORES_ROW_P10, "row_p50": mk.GRAD_SCORES_ROW_P50,
+                 "row_p90": mk.GRAD_SCORES_ROW_P90, "dead_frac": mk.GRAD_SCORES_DEAD_FRAC,
+                 "top10_share": mk.GRAD_SCORES_TOP10_SHARE}
+
+
+def _positive_float(probe_cfg, name: str, default: float) -> float:
+    value = probe_cfg.get(name, default)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not number > 0 or number == float("inf"):
+        raise ValueError(f"probe.{name} must be a finite number > 0; got {value!r}")
+    return number
 
 
 class Probe:
@@ -50,6 +96,8 @@ class Probe:
         self.tokens = tokens
         self.per_head = bool(per_head)
         self.maps_heads = maps_heads
+        self.dead_jac = _positive_float(probe_cfg, "dead_jac", DEAD_JAC)
+        self.dead_grad = _positive_float(probe_cfg, "dead_grad", DEAD_GRAD)
         self.map_dir = Path(run_dir) / "attention_maps"
         self.n_layer = len(model.blocks)
         self.n_head = model.cfg.n_head
@@ -120,8 +168,8 @@ class Probe:
                                        for s, g in zip(scores, grads[:L])])  # (L, B, H, T, T)
             param_grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads[L:])]
 
-            stats = head_attention_stats(torch.stack(scores), torch.stack([s["pattern"] for s in stages]),
-                                         self.causal)  # each (L, H)
+            patterns = torch.stack([s["pattern"] for s in stages])  # (L, B, H, T, T)
+            stats = head_attention_stats(torch.stack(scores), patterns, self.causal)  # each (L, H)
             put(["probe/loss"], loss)
             for stat, per_head in stats.items():
                 per_layer = per_head.mean(-1)  # (L,): mean over heads
@@ -138,9 +186,49 @@ class Probe:
                 torch.cat([per_layer, per_layer.norm().reshape(1)]))  # global L2 over layers
             squares = torch.stack(torch._foreach_norm(param_grads)).float() ** 2  # (P,), one fused kernel
             put(self.group_names, (self.membership @ squares).sqrt())  # (G,)
+            self._put_row_stats(put, patterns, score_grads)
+            self._put_qk_spectral(put)
 
         host = torch.cat(pieces).cpu().tolist()  # the probe's one host sync
         return dict(zip(names, host))
+
+    def _layer_keys(self, key: str) -> list[str]:
+        """attn/jac_norm -> [attn/L0/jac_norm, ..., attn/L{L-1}/jac_norm, attn/jac_norm]."""
+        return [mk.per_layer(key, li) for li in range(self.n_layer)] + [key]
+
+    @torch.no_grad()
+    def _put_row_stats(self, put, patterns: torch.Tensor, score_grads: torch.Tensor) -> None:
+        """Per-row Jacobian and gradient statistics over the rows with more than one visible key.
+
+        patterns, score_grads: (L, B, H, T, T). The kept rows are a suffix of the query axis (a slice,
+        no host sync); each layer's rows are then flattened to (L, N), N = B * H * kept rows.
+        """
+        L = self.n_layer
+        first = first_kept_row(patterns.size(-2), patterns.size(-1), self.causal)
+        jac = softmax_jacobian_norm(patterns[..., first:, :]).reshape(L, -1)  # (L, N)
+        row_norms = torch.linalg.vector_norm(score_grads[..., first:, :].float(), dim=-1).reshape(L, -1)  # (L, N)
+        for key, per_layer in ((mk.ATTN_JAC_NORM, jac.mean(-1)),
+                               (mk.ATTN_JAC_DEAD_FRAC, (jac < self.dead_jac).float().mean(-1))):
+            put(self._layer_keys(key), torch.cat([per_layer, per_layer.mean().reshape(1)]))  # pooled: mean over layers
+        by_layer = row_gradient_stats(row_norms, self.dead_grad)  # each (L,)
+        pooled = row_gradient_stats(row_norms.reshape(-1), self.dead_grad)  # each (): all rows of all layers
+        pooled["dead_frac"] = by_layer["dead_frac"].mean()  # a fraction: the mean over layers (same value)
+        for name, key in ROW_GRAD_KEYS.items():
+            put(self._layer_keys(key), torch.cat([by_layer[name], pooled[name].reshape(1)]))
+
+    @torch.no_grad()
+    def _put_qk_spectral(self, put) -> None:
+        """attn/L{l}/qk_spectral: max over heads of the logit form's largest singular value; pooled: max over layers."""
+        attns = [block.attn for block in self.model.blocks]
+        scale = attns[0].scale
+        if self.model.cfg.qk_layernorm:
+            per_layer = qk_layernorm_spectral_norm(torch.stack([a.q_norm.weight for a in attns]),
+                                                   torch.stack([a.k_norm.weight for a in attns]), scale)  # (L,)
+        else:
+            per_head = qk_spectral_norm(torch.stack([a.q.weight for a in attns]),
+                                        torch.stack([a.k.weight for a in attns]), self.n_head, scale)  # (L, H)
+            per_layer = per_head.amax(-1)  # (L,)
+        put(self._layer_keys(mk.ATTN_QK_SPECTRAL), torch.cat([per_layer, per_layer.amax().reshape(1)]))
 
     @torch.no_grad()
     def draw_maps(self, step: int) -> dict[str, Path]:

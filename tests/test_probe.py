@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from andrea_exp import metric_keys as mk
 from andrea_exp.model import Andrea, ModelConfig
 from andrea_exp.probe import ATTN_STATS, Probe
 
@@ -182,11 +183,154 @@ def test_draw_maps_writes_pngs_of_first_and_last_layer(tmp_path):
     assert model.training and all(blk.attn.stages is None for blk in model.blocks)
 
 
+def row_norms_by_layer(tap_grads, causal: bool) -> list[torch.Tensor]:
+    """||d loss / d S_i|| of every kept (batch, head, query) row, per layer, from the reference gradients."""
+    first = 1 if causal else 0  # a causal row 0 sees a single key
+    return [g[..., first:, :].norm(dim=-1).flatten() for g in tap_grads]
+
+
+def expected_row_stats(rows: torch.Tensor, dead: float) -> dict[str, float]:
+    q10, q50, q90 = torch.quantile(rows.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+    squares = (rows.double() ** 2).sort(descending=True).values
+    top = math.ceil(0.1 * rows.numel())
+    return {mk.GRAD_SCORES_ROW_P10: q10, mk.GRAD_SCORES_ROW_P50: q50, mk.GRAD_SCORES_ROW_P90: q90,
+            mk.GRAD_SCORES_DEAD_FRAC: (rows < dead).double().mean().item(),
+            mk.GRAD_SCORES_TOP10_SHARE: (squares[:top].sum() / squares.sum()).item()}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_row_gradient_statistics_match_an_independent_computation(causal, tmp_path):
+    torch.manual_seed(0)
+    model = tiny_model(causal=causal, scale="none")
+    tokens = probe_batch()
+    loss, taps = reference_forward(model, tokens[:, :-1], tokens[:, 1:])
+    rows = row_norms_by_layer(torch.autograd.grad(loss, taps), causal)  # 2 x (B * H * kept rows,)
+    assert rows[0].numel() == 4 * 2 * (11 if causal else 12)
+    ranked = rows[0].sort().values
+    dead = float(ranked[29] + ranked[30]) / 2  # between two order statistics: 30 rows of layer 0 below it
+    got = Probe(model, tokens, OmegaConf.merge(PROBE_CFG, {"dead_grad": dead}), tmp_path).measure(0)
+
+    for li in range(2):
+        for key, want in expected_row_stats(rows[li], dead).items():
+            assert got[mk.per_layer(key, li)] == pytest.approx(want, rel=1e-4), mk.per_layer(key, li)
+    assert got[mk.per_layer(mk.GRAD_SCORES_DEAD_FRAC, 0)] == pytest.approx(30 / rows[0].numel())
+    assert got[mk.GRAD_SCORES_ROW_P50] != pytest.approx(got[mk.per_layer(mk.GRAD_SCORES_ROW_P50, 0)], rel=1e-3)
+    # pooled: quantiles and the top share over all rows of both layers; the dead fraction a mean over layers
+    pooled = expected_row_stats(torch.cat(rows), dead)
+    for key in (mk.GRAD_SCORES_ROW_P10, mk.GRAD_SCORES_ROW_P50, mk.GRAD_SCORES_ROW_P90, mk.GRAD_SCORES_TOP10_SHARE):
+        assert got[key] == pytest.approx(pooled[key], rel=1e-4), key
+    assert got[mk.GRAD_SCORES_DEAD_FRAC] == pytest.approx(
+        (got["grad/L0/scores_dead_frac"] + got["grad/L1/scores_dead_frac"]) / 2)
+    assert all(mk.is_known(key) for key in got)
+
+
+def dense_jacobian_norms(pattern: torch.Tensor) -> torch.Tensor:
+    """(..., T) rows -> (...) ||diag(p) - p p^T||_F from the matrix itself."""
+    p = pattern.double()
+    return torch.linalg.matrix_norm(torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_per_layer_labels_come_from_their_own_layer(causal, tmp_path):
+    """Layer 0 made nearly one-hot (large W_q, no scaling), layer 1 exactly uniform (W_q = 0): each
+    attn/L{l}/ value must be its own layer's, checked against the pattern captured from that layer."""
+    torch.manual_seed(0)
+    model = tiny_model(causal=causal, scale="none")
+    with torch.no_grad():
+        model.blocks[0].attn.q.weight.mul_(40.0)
+        model.blocks[1].attn.q.weight.zero_()
+    tokens = probe_batch()
+    got = Probe(model, tokens, PROBE_CFG, tmp_path).measure(0)
+
+    T, first = 12, (1 if causal else 0)
+    n_keys = torch.arange(1, T + 1) if causal else torch.full((T,), T)
+    uniform = (1 / n_keys[first:] - 1 / n_keys[first:] ** 2).double().sqrt().mean().item()
+    assert got["attn/L1/jac_norm"] == pytest.approx(uniform, rel=1e-5)  # worked out by hand
+    assert got["attn/L1/jac_dead_frac"] == 0.0
+    assert got["attn/L0/jac_dead_frac"] > 0.5 and got["attn/L0/jac_norm"] < 0.2 * uniform
+
+    stages = model.set_capture(True)
+    with torch.no_grad():
+        model.eval()
+        model(tokens[:, :-1])
+    model.set_capture(False)
+    for li in range(2):
+        norms = dense_jacobian_norms(stages[li]["pattern"][..., first:, :])  # (B, H, kept rows)
+        assert got[f"attn/L{li}/jac_norm"] == pytest.approx(norms.mean().item(), rel=1e-5, abs=1e-7)
+        assert got[f"attn/L{li}/jac_dead_frac"] == pytest.approx((norms < 1e-3).double().mean().item())
+    assert got[mk.ATTN_JAC_NORM] == pytest.approx((got["attn/L0/jac_norm"] + got["attn/L1/jac_norm"]) / 2)
+    assert got[mk.ATTN_JAC_DEAD_FRAC] == pytest.approx(got["attn/L0/jac_dead_frac"] / 2)
+
+    # the older per-layer statistics follow the same labels
+    assert got["attn/L1/entropy_norm"] == pytest.approx(1.0, rel=1e-5)  # uniform over the visible keys
+    assert got["attn/L1/score_std"] == 0.0 and got["attn/L0/score_std"] > 10
+    assert got["attn/L0/max_prob"] > 0.9 > got["attn/L1/max_prob"]
+    assert got["attn/L1/qk_spectral"] == 0.0  # W_q = 0
+    assert got["attn/L0/qk_spectral"] == pytest.approx(direct_qk_spectral(model, 0), rel=1e-5)
+    assert got[mk.ATTN_QK_SPECTRAL] == got["attn/L0/qk_spectral"]  # max over layers
+
+
+def direct_qk_spectral(model: Andrea, layer: int) -> float:
+    """Max over heads of the largest singular value of scale * W_q^h^T W_k^h, by a full SVD."""
+    attn, d_k = model.blocks[layer].attn, model.cfg.d_k
+    values = []
+    for h in range(model.cfg.n_head):
+        rows = slice(h * d_k, (h + 1) * d_k)
+        form = attn.scale * attn.q.weight[rows].double().T @ attn.k.weight[rows].double()  # (d_model, d_model)
+        values.append(torch.linalg.svdvals(form.detach())[0].item())
+    return max(values)
+
+
+@pytest.mark.parametrize("d_k", [4, 64])  # below and above d_model = 32
+def test_qk_spectral_matches_a_direct_svd_and_scales_with_the_scale_setting(d_k, tmp_path):
+    readings = {}
+    for scale in ("none", "sqrt", "inv"):
+        torch.manual_seed(5)  # the same weights for every scale setting
+        model = tiny_model(d_k=d_k, n_head=3, scale=scale)
+        got = Probe(model, probe_batch(), PROBE_CFG, tmp_path).measure(0)
+        for li in range(2):
+            assert got[f"attn/L{li}/qk_spectral"] == pytest.approx(direct_qk_spectral(model, li), rel=1e-5)
+        assert got[mk.ATTN_QK_SPECTRAL] == max(got["attn/L0/qk_spectral"], got["attn/L1/qk_spectral"])
+        readings[scale] = got[mk.ATTN_QK_SPECTRAL]
+    assert readings["none"] / readings["sqrt"] == pytest.approx(math.sqrt(d_k), rel=1e-5)
+    assert readings["none"] / readings["inv"] == pytest.approx(d_k, rel=1e-5)
+
+
+def test_qk_spectral_with_qk_layernorm_reads_the_gains(tmp_path):
+    torch.manual_seed(0)
+    model = tiny_model(qk_layernorm=True, d_k=8)
+    got = Probe(model, probe_batch(), PROBE_CFG, tmp_path).measure(0)
+    assert got[mk.ATTN_QK_SPECTRAL] == pytest.approx(1 / math.sqrt(8), rel=1e-6)  # unit gains: scale * 1
+    with torch.no_grad():
+        model.blocks[1].attn.q_norm.weight.copy_(torch.arange(1.0, 9.0))
+        model.blocks[1].attn.k_norm.weight.fill_(2.0)
+        model.blocks[0].attn.q.weight.mul_(100.0)  # the projection's size is normalised away
+    got = Probe(model, probe_batch(), PROBE_CFG, tmp_path).measure(0)
+    centre = torch.eye(8, dtype=torch.float64) - 1 / 8
+    form = centre @ torch.diag(2.0 * torch.arange(1.0, 9.0, dtype=torch.float64)) @ centre / math.sqrt(8)
+    assert got["attn/L0/qk_spectral"] == pytest.approx(1 / math.sqrt(8), rel=1e-6)
+    assert got["attn/L1/qk_spectral"] == pytest.approx(torch.linalg.svdvals(form)[0].item(), rel=1e-6)
+
+
+def test_dead_thresholds_are_read_from_the_probe_settings(tmp_path):
+    torch.manual_seed(0)
+    model, tokens = tiny_model(), probe_batch()
+    default = Probe(model, tokens, PROBE_CFG, tmp_path).measure(0)
+    assert default[mk.ATTN_JAC_DEAD_FRAC] == 0.0 and default[mk.GRAD_SCORES_DEAD_FRAC] < 0.5
+    cfg = OmegaConf.merge(PROBE_CFG, {"dead_jac": 1.0, "dead_grad": 1e3})  # every row is below both
+    got = Probe(model, tokens, cfg, tmp_path).measure(0)
+    assert got[mk.ATTN_JAC_DEAD_FRAC] == 1.0 and got[mk.GRAD_SCORES_DEAD_FRAC] == 1.0
+    assert got["attn/L1/jac_dead_frac"] == 1.0 and got["grad/L0/scores_dead_frac"] == 1.0
+
+
 def test_bad_probe_settings_are_named(tmp_path):
     with pytest.raises(ValueError, match="probe.maps_heads"):
         Probe(tiny_model(), probe_batch(), OmegaConf.merge(PROBE_CFG, {"maps_heads": 0}), tmp_path)
     with pytest.raises(ValueError, match="probe.per_head"):
         Probe(tiny_model(), probe_batch(), OmegaConf.merge(PROBE_CFG, {"per_head": "yes"}), tmp_path)
+    for name, bad in (("dead_jac", 0), ("dead_jac", "x"), ("dead_grad", -1e-6), ("dead_grad", True)):
+        with pytest.raises(ValueError, match=f"probe.{name}"):
+            Probe(tiny_model(), probe_batch(), OmegaConf.merge(PROBE_CFG, {name: bad}), tmp_path)
 
 
 def run_cli(run_dir, *overrides):
