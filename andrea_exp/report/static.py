@@ -8,15 +8,14 @@ the masked softmax and -inf vs -1e9 across dtypes; C8: the andrea_120m preset's 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from andrea_exp.attention import explicit_attention, future_mask, scale_factor
 from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.report import CONF_DIR
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CLAIMED_DOT_STD = {64: 8.0, 256: 16.0, 4096: 64.0}  # C2's numbers
 GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 64
 
