@@ -145,13 +145,14 @@ def mask_fill_precision(magnitudes=(1e0, 1e2, 1e4, 1e6, 1e8, 1e9, 1e10), dtypes=
     return rows
 
 
-def model_120m_shapes(vocab_size: int = GPT2_VOCAB, T: int | None = None) -> dict:
-    """Build the andrea_120m preset on the meta device, run one forward, read every shape (C8)."""
+def model_120m_shapes(vocab_size: int = GPT2_VOCAB) -> dict:
+    """Build the andrea_120m preset on the meta device, run one forward over its full context, read every
+    shape (C8)."""
     preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "andrea_120m.yaml"), resolve=True)
     fields = {k: v for k, v in preset.items() if k in ModelConfig.__dataclass_fields__}
     fields["vocab_size"] = vocab_size
     cfg = ModelConfig(**fields)
-    T = T or cfg.block_size
+    T = cfg.block_size
     with torch.device("meta"):
         model = Andrea(cfg)
     captured = model.set_capture(True)
