@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.claims_static import DTYPES, mask_fill_precision
+from andrea_exp.report.static import DTYPES, mask_fill_precision
 
 MAGNITUDES = (1e0, 1e1, 1e2, 1e3, 1e4, 3e4, 1e5, 1e6, 1e7, 1e8, 3e8, 1e9, 1e10)
 

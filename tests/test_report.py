@@ -12,23 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp import claims_static
-from andrea_exp.report import machine_of
-from andrea_exp.report import main as report_main
-from andrea_exp.report_claims import run_progress
-from andrea_exp.report_lr import lr_curves
-from andrea_exp.report_rules import (
-    CONDITIONAL,
-    FAILS,
-    HOLDS,
-    NOT_MEASURED,
-    PARTLY,
-    VERDICTS,
-    Check,
-    lr_sensitivity,
-    verdict,
-)
-from andrea_exp.report_runs import TRAINING, Run, group_cells, group_experiments, load_runs, stat
+from andrea_exp.report import static
+from andrea_exp.report.__main__ import main as report_main
+from andrea_exp.report.cells import TRAINING, group_experiments
+from andrea_exp.report.claims.common import run_progress
+from andrea_exp.report.lr import lr_curves, lr_sensitivity
+from andrea_exp.report.markdown import machine_of
+from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, VERDICTS, Check, verdict
+from andrea_exp.report.runs import Run, load_runs
+from andrea_exp.report.stats import stat
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -152,7 +144,7 @@ def test_runs_on_disk_cells_and_lr_sensitivity(tmp_path):
     assert all(r.config["model.scale"] == "sqrt" for r in runs)  # true -> sqrt
     diverged = [r for r in runs if r.status == "diverged"][0]
     assert math.isnan(diverged.series("train/loss")[1][-1])
-    cells = group_cells(runs)
+    cells = [cell for e in group_experiments(runs) for cell in e.cells]
     assert [c.label for c in cells] == ["lr=0.001", "lr=0.01", "lr=0.1"]
     assert all(len(c.runs) == 2 for c in cells)
     (curve,) = lr_curves(cells)
@@ -205,18 +197,18 @@ def test_report_rejects_a_missing_directory(tmp_path, capsys):
 
 # ------------------------------------------------------------------ claims measured without training
 def test_static_claims_by_hand():
-    assert claims_static.score_matrix_count(1024, 64)["count"] == 1024 * 1024
-    for row in claims_static.dot_product_std(d_ks=(64, 1024), n_pairs=4000):
+    assert static.score_matrix_count(1024, 64)["count"] == 1024 * 1024
+    for row in static.dot_product_std(d_ks=(64, 1024), n_pairs=4000):
         assert row["unit_variance"] == pytest.approx(math.sqrt(row["d_k"]), rel=0.06)
         assert row["unit_norm"] == pytest.approx(1 / math.sqrt(row["d_k"]), rel=0.06)
-    exact = claims_static.pipeline_checks()
+    exact = static.pipeline_checks()
     assert exact["future_mass_max"] == 0.0 and exact["row0_one_hot"] and exact["inf_vs_1e9_max_diff"] == 0.0
-    grid = {(r["dtype"], r["magnitude"], r["softmax"]): r for r in claims_static.mask_fill_precision(
+    grid = {(r["dtype"], r["magnitude"], r["softmax"]): r for r in static.mask_fill_precision(
         magnitudes=(1.0, 1e10), softmax_in=("fp32",))}
     assert grid[("fp32", 1.0, "fp32")]["max_abs_diff"] == 0.0
     assert grid[("fp32", 1e10, "fp32")]["max_abs_diff"] > 0.5  # real scores far below -1e9: the fill wins mass
     assert "overflow" in grid[("fp16", 1.0, "fp32")]["fill_error"]  # fp16 cannot hold -1e9
-    shapes = claims_static.model_120m_shapes()
+    shapes = static.model_120m_shapes()
     assert shapes["concat_shape"] == (1024, 768) and shapes["head_out_shape"] == (1024, 64)
     assert 110e6 < shapes["params"] < 130e6
 

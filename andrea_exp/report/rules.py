@@ -1,4 +1,4 @@
-"""The rules that turn numbers into verdicts, and the LR-sensitivity measure. Pure functions, no I/O.
+"""The rules that turn checks into verdicts, and training progress. Pure functions, no I/O.
 
 A claim is tested by a list of Checks: one yes/no test, with its threshold already applied, at one
 place (`where`: d_k, scale, qk_init, when, part of the claim, ...). `verdict` turns the list into one
@@ -34,7 +34,6 @@ VERDICTS = (HOLDS, PARTLY, CONDITIONAL, FAILS, NOT_MEASURED)
 class Check:
     where: dict  # e.g. {"part": "softmax peaked", "d_k": 64, "when": "init"}
     ok: bool
-    detail: str = ""  # free text, e.g. which runs
     value: str = ""  # the number tested, e.g. "0.93 ± 0.01 (n=3)"
     threshold: str = ""  # what it was tested against, e.g. ">= 0.5"
 
@@ -145,22 +144,6 @@ def verdict(checks: list[Check], missing: str = "") -> Verdict:
             texts.append(f"{part}: {_describe_part(mine)}")
         return Verdict(PARTLY, " | ".join(texts))
     return Verdict(PARTLY, _mixed(checks))
-
-
-def lr_sensitivity(final_losses: dict, initial_loss: float) -> float:
-    """Wortsman et al. (2023): E over the LR range of [min(l(eta), l_0) - l*].
-
-    final_losses: lr -> final loss, None or non-finite for a diverged run (counted as l_0).
-    l* is the best final loss over the range (itself capped at l_0).
-    """
-    if not final_losses:
-        raise ValueError("lr_sensitivity needs at least one learning rate")
-    capped = []
-    for loss in final_losses.values():
-        ok = loss is not None and math.isfinite(loss)
-        capped.append(min(loss, initial_loss) if ok else initial_loss)
-    best = min(capped)
-    return sum(loss - best for loss in capped) / len(capped)
 
 
 def progress(initial: float, final: float | None, target: float) -> float:

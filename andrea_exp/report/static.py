@@ -8,15 +8,14 @@ the masked softmax and -inf vs -1e9 across dtypes; C8: the andrea_120m preset's 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from andrea_exp.attention import explicit_attention, future_mask, scale_factor
 from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.report import CONF_DIR
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CLAIMED_DOT_STD = {64: 8.0, 256: 16.0, 4096: 64.0}  # C2's numbers
 GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 64
 
@@ -146,13 +145,14 @@ def mask_fill_precision(magnitudes=(1e0, 1e2, 1e4, 1e6, 1e8, 1e9, 1e10), dtypes=
     return rows
 
 
-def model_120m_shapes(vocab_size: int = GPT2_VOCAB, T: int | None = None) -> dict:
-    """Build the andrea_120m preset on the meta device, run one forward, read every shape (C8)."""
+def model_120m_shapes(vocab_size: int = GPT2_VOCAB) -> dict:
+    """Build the andrea_120m preset on the meta device, run one forward over its full context, read every
+    shape (C8)."""
     preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "andrea_120m.yaml"), resolve=True)
     fields = {k: v for k, v in preset.items() if k in ModelConfig.__dataclass_fields__}
     fields["vocab_size"] = vocab_size
     cfg = ModelConfig(**fields)
-    T = T or cfg.block_size
+    T = cfg.block_size
     with torch.device("meta"):
         model = Andrea(cfg)
     captured = model.set_capture(True)

@@ -1,30 +1,27 @@
-"""`python -m andrea_exp.report SWEEP_DIR... --out DIR` (`andrea-report`): runs on disk -> report.md + figures.
-
-Reads run directories (anything under the given paths with `.hydra/` and a summary or metrics file),
-groups them into experiments (runs agreeing on every scientific setting but the study axes) and cells
-within them (seeds are replicates; settings listed in report_runs.NON_SCIENTIFIC_KEYS are ignored),
-measures the claims that need no training directly, and writes DIR/report.md with one section per
-claim C1-C9, DIR/figures/*.png and copies of the runs' attention maps.
-"""
+"""The report's text: header, tables, one section per claim, the LR section, attention maps; write_report."""
 
 from __future__ import annotations
 
-import argparse
+import os
 import shlex
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp import report_rules
-from andrea_exp.report_claims import ClaimResult, Study, all_claims, md_table
-from andrea_exp.report_lr import lr_section
-from andrea_exp.report_rules import Check
-from andrea_exp.report_runs import Cell, Experiment, group_experiments, load_runs, short, stat
+from andrea_exp import metric_keys as mk
+from andrea_exp.report import CLAIMS_FILE, REPO_DIR, rules
+from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
+from andrea_exp.report.claims import all_claims
+from andrea_exp.report.claims.common import ClaimResult
+from andrea_exp.report.lr import lr_section
+from andrea_exp.report.rules import Check
+from andrea_exp.report.runs import load_runs
+from andrea_exp.report.stats import stat
+from andrea_exp.report.study import Study
+from andrea_exp.report.table import md_table
 
-REPO_DIR = Path(__file__).resolve().parent.parent
-GPU_KEY = "system/gpu"  # the training loop records torch.cuda.get_device_name() there, or "cpu"
+GPU_KEY = mk.SYSTEM_GPU  # the training loop records torch.cuda.get_device_name() there, or "cpu"
 
 
 def git_commit() -> str:
@@ -56,7 +53,11 @@ def _seeds_text(cells: list[Cell]) -> str:
 
 def header(argv: list[str], study: Study, machine: str | None, notes: list[str]) -> str:
     statuses = Counter(run.status for run in study.runs)
+    out = study.out.resolve()
+    # relative inside the repository (experiments/results/report.md -> ../CLAIMS.md), else where it lies
+    claims_link = (Path(os.path.relpath(CLAIMS_FILE, out)) if out.is_relative_to(REPO_DIR) else CLAIMS_FILE).as_posix()
     lines = ["# ANDREA attention claims: report", "",
+             f"- claims: [CLAIMS.md]({claims_link}) says what each of C1-C9 states and what would show it",
              f"- command: `{' '.join(shlex.quote(a) for a in argv)}`",
              f"- report code: git commit {git_commit()}",
              f"- machine: {machine_of(study.runs, machine)}"]
@@ -94,7 +95,7 @@ def _run_dirs(cell: Cell) -> str:
 def cells_table(cells: list[Cell]) -> str:
     rows = []
     for cell in cells:
-        loss = stat(run.last("eval/loss_as_trained") for run in cell.runs)
+        loss = stat(run.last(mk.EVAL_LOSS_AS_TRAINED) for run in cell.runs)
         status = Counter(run.status for run in cell.runs)
         rows.append([cell.experiment, cell.label, ", ".join(map(str, cell.seeds)),
                      ", ".join(f"{k} {v}" for k, v in status.items()), str(loss), _run_dirs(cell)])
@@ -173,7 +174,7 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
     study = Study(runs, group_experiments(runs) if runs else [], out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     results = all_claims(study)
-    lr_text, _ = lr_section(study.cells, study.fig("lr_sensitivity.png"))
+    lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
     maps = copy_attention_maps(study.cells, out)
     parts = [header(argv, study, machine, notes or []), summary_table(results), "", cells_table(study.cells), ""]
     parts += [claim_section(r, out) for r in results]
@@ -184,28 +185,7 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
             parts.append(f"- {label}: " + " ".join(f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in paths))
     else:
         parts.append("No attention maps under the runs read (probe.maps_every = 0, or no probe).")
-    parts.append("\n## How verdicts are decided\n\n" + report_rules.__doc__.split("\n\n", 1)[1].strip() + "\n")
+    parts.append("\n## How verdicts are decided\n\n" + rules.__doc__.split("\n\n", 1)[1].strip() + "\n")
     path = out / "report.md"
     path.write_text("\n".join(parts) + "\n")
     return path
-
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="andrea-report", description=__doc__.split("\n")[0])
-    parser.add_argument("sweep_dirs", nargs="+", help="sweep or run directories (searched recursively)")
-    parser.add_argument("--out", required=True, type=Path, help="directory for report.md and figures/")
-    parser.add_argument("--machine", help="the machine the runs ran on, stated in the header for runs whose "
-                        "summary.json does not record system/gpu (e.g. 'NVIDIA H200')")
-    parser.add_argument("--note", action="append", default=[],
-                        help="a line for the header, e.g. the commit the runs were made with (repeatable)")
-    args = parser.parse_args(argv)
-    missing = [d for d in args.sweep_dirs if not Path(d).is_dir()]
-    if missing:
-        parser.error(f"SWEEP_DIR must be existing directories; not found: {', '.join(missing)}")
-    path = write_report(args.sweep_dirs, args.out, ["andrea-report", *argv], args.machine, args.note)
-    print(f"[andrea-report] wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -122,7 +122,7 @@ def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int
 
 
 def grouped_bars(path: Path, groups: list[str], bars: dict, *, ylabel: str, title: str,
-                 hline: tuple[str, float] | None = None, per_group_marks: dict | None = None) -> Path:
+                 per_group_marks: dict | None = None) -> Path:
     """bars: bar label -> list of (value, spread) per group; per_group_marks: label -> value per group (dashes)."""
     fig, axes = _figure(width=max(6, 0.9 * len(groups) + 2), height=4.5)
     ax = axes[0][0]
@@ -137,8 +137,6 @@ def grouped_bars(path: Path, groups: list[str], bars: dict, *, ylabel: str, titl
             if v is not None and math.isfinite(v):
                 ax.hlines(v, g - 0.45, g + 0.45, colors="k", linestyles="--", lw=1,
                           label=label if g == 0 else None)
-    if hline is not None:
-        ax.axhline(hline[1], color="k", ls=":", lw=1, label=hline[0])
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(ylabel)

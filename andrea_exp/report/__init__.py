@@ -1,0 +1,14 @@
+"""`python -m andrea_exp.report SWEEP_DIR... --out DIR` (`andrea-report`): runs on disk -> report.md + figures.
+
+runs.py reads run directories (anything under the given paths with `.hydra/` and a summary or metrics
+file); cells.py groups them into experiments and cells (seeds are replicates; only scientific settings,
+andrea_exp.schema.is_scientific, split runs); claims/ measures C1-C9 (experiments/CLAIMS.md), static.py
+the parts that need no training; rules.py turns each claim's checks into a verdict; lr.py adds the
+learning-rate sensitivity; markdown.py writes DIR/report.md, figures.py DIR/figures/*.png.
+"""
+
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parent.parent.parent
+CONF_DIR = REPO_DIR / "conf"  # the Hydra configs the runs were composed from (presets, default LR)
+CLAIMS_FILE = REPO_DIR / "experiments" / "CLAIMS.md"  # what each claim says; the report links to it

@@ -1,0 +1,97 @@
+"""C2: dot products grow like sqrt(d_k), for random vectors (which premise) and the real model at step 0."""
+
+from __future__ import annotations
+
+import math
+
+from andrea_exp import metric_keys as mk
+from andrea_exp.attention import scale_factor
+from andrea_exp.report import figures, static
+from andrea_exp.report.claims.common import (
+    ClaimResult,
+    at_init,
+)
+from andrea_exp.report.rules import Check, verdict
+from andrea_exp.report.runs import Run
+from andrea_exp.report.stats import Stat, stat
+from andrea_exp.report.study import Study
+from andrea_exp.report.table import md_table
+
+C2_SYNTH_TOL = 0.10  # random vectors: |std / claimed - 1| <= 10 %
+C2_MODEL_TOL = 0.25  # a real model's q, k are neither independent nor exactly unit variance: 25 %
+
+
+def _premise(run: Run) -> str:
+    text = f"model at init, qk_init={run.config.get('model.qk_init')}"
+    return text + (", qk_layernorm" if run.config.get("model.qk_layernorm") else "")
+
+
+def raw_dot_std(run: Run) -> float | None:
+    """Std of q.k before the divisor, from the step-0 probe's (scaled) score std."""
+    value = run.at_step(mk.ATTN_SCORE_STD, 0)
+    d_k = run.config.get("model.d_k")
+    if value is None or not d_k:
+        return None
+    return value / scale_factor(run.config.get("model.scale", "sqrt"), d_k)
+
+
+def per_seed(runs: list[Run], fn) -> Stat:
+    """Mean and spread over seeds. Runs of one seed that differ only in scale or mask start from the same
+    weights, so their step-0 values are one measurement each, not independent replicates: averaged first."""
+    by_seed: dict = {}
+    for run in runs:
+        value = fn(run)
+        if value is not None and math.isfinite(value):
+            by_seed.setdefault(run.seed, []).append(value)
+    return stat(sum(v) / len(v) for v in by_seed.values())
+
+
+def claim(study: Study) -> ClaimResult:
+    synth = static.dot_product_std()
+    checks, rows = [], []
+    for r in synth:
+        claimed = static.CLAIMED_DOT_STD[r["d_k"]]
+        for premise, key in (("random, unit-variance components", "unit_variance"), ("random, unit-norm", "unit_norm")):
+            ok = abs(r[key] / claimed - 1) <= C2_SYNTH_TOL
+            checks.append(Check({"premise": premise, "d_k": r["d_k"]}, ok, value=f"{r[key]:.4g}",
+                                threshold=f"{claimed:g} ± {C2_SYNTH_TOL:.0%}"))
+        rows.append([r["d_k"], claimed, r["unit_variance"], r["unit_norm"], 1 / math.sqrt(r["d_k"])])
+    # per experiment: two experiments may hold the same seed's identical initial model, which must not count twice
+    model_groups: dict[tuple, list[Run]] = {}
+    for cell in study.claim_cells:
+        for run in cell.runs:
+            if raw_dot_std(run) is not None:
+                model_groups.setdefault((_premise(run), cell.experiment, run.config["model.d_k"]), []).append(run)
+    model_rows, model_series = [], {}
+    for (premise, exp, d_k), runs in sorted(model_groups.items(), key=lambda kv: kv[0]):
+        raw, q_std, k_std = (per_seed(runs, fn) for fn in (raw_dot_std, at_init(mk.ATTN_Q_STD), at_init(mk.ATTN_K_STD)))
+        ok = raw.n > 0 and abs(raw.mean / math.sqrt(d_k) - 1) <= C2_MODEL_TOL
+        checks.append(Check({"premise": premise, "experiment": exp, "d_k": d_k}, ok, value=str(raw),
+                            threshold=f"{math.sqrt(d_k):.4g} ± {C2_MODEL_TOL:.0%}"))
+        model_rows.append([premise, exp, d_k, str(raw), math.sqrt(d_k), str(q_std), str(k_std)])
+        model_series.setdefault(f"[{exp}] {premise}", []).append((d_k, raw.mean, raw.std))
+    d_ks = sorted({r["d_k"] for r in synth} | {d for _, _, d in model_groups})
+    series = {"random, unit-variance": [(r["d_k"], r["unit_variance"], 0.0) for r in synth],
+              "random, unit-norm": [(r["d_k"], r["unit_norm"], 0.0) for r in synth], **model_series}
+    path = figures.line_panels(study.fig("c2_dot_product_std.png"), [{
+        "title": "std of q.k (before the divisor)", "xlabel": "d_k", "ylabel": "std", "series": series,
+        "refs": [("sqrt(d_k)", d_ks, [math.sqrt(d) for d in d_ks]),
+                 ("1/sqrt(d_k)", d_ks, [1 / math.sqrt(d) for d in d_ks])], "logx": 2, "logy": True}], n_cols=1)
+    tables = [md_table(["d_k", "claimed", "std, unit-variance components", "std, unit-norm vectors", "1/sqrt(d_k)"],
+                       rows)]
+    notes = ["The chapter's numbers (8, 16, 64) need vectors whose components have unit variance; for unit-norm "
+             "vectors the dot product's std is 1/sqrt(d_k)."]
+    if model_rows:
+        tables.append(md_table(["premise", "experiment", "d_k", "std of q.k at step 0 (seeds)", "sqrt(d_k)",
+                                "q std", "k std"], model_rows))
+    else:
+        notes.append("No step-0 probe records among the runs read: the real model's q, k are not measured here.")
+    return ClaimResult(
+        "C2", "Dot products grow like sqrt(d_k): about 8 at d_k=64, 16 at 256, 64 at 4096",
+        "std of q.k over 8,000 random pairs per d_k, for Gaussian components of variance 1 and for unit-norm "
+        "vectors; and the real model's q.k before the divisor at step 0 (probe `attn/score_std` divided by the "
+        "run's scale factor), per q/k initialisation and experiment; n counts seeds (runs of one seed share their "
+        "initial q, k and are averaged first).",
+        f"a premise passes at a d_k when the measured std is within {C2_SYNTH_TOL:.0%} of the claimed number "
+        f"(random vectors) or within {C2_MODEL_TOL:.0%} of sqrt(d_k) (real model).",
+        checks, verdict(checks), tables=tables, figures=[path], notes=notes)
