@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from test_tracking import read_run
 
 from andrea_exp.cli import CONF_DIR
-from andrea_exp.sweep import format_table, run_name, run_tags, swept_keys
+from andrea_exp.naming import run_name, run_tags, swept_keys
+from andrea_exp.sweep import format_table
 
 TINY = ["train.max_steps=20", "data.seq_len=32", "probe.every=10", "train.eval_every=10", "probe.maps_every=0",
         "train.log_every=5", "data.train_sequences=512", "data.eval_sequences=32", "train.batch_size=8",
