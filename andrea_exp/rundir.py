@@ -99,9 +99,12 @@ def write_summary(run_dir: Path, summary: dict, cfg) -> None:
 
 
 def read_summary(run_dir: Path) -> dict:
-    """summary.json of a run directory; a run that never wrote one reads as {"run/status": "missing"}."""
+    """summary.json of a run directory, non-finite values as floats (as read_metrics gives them);
+    a run that never wrote one reads as {"run/status": "missing"}."""
     path = Path(run_dir) / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.exists() else {"run/status": "missing"}
+    if not path.exists():
+        return {"run/status": "missing"}
+    return {k: parse_number(v) for k, v in json.loads(path.read_text()).items()}
 
 
 def read_run_id(run_dir: Path) -> str | None:

@@ -43,7 +43,7 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 
 def run_row(run_dir: Path) -> dict:
     """One run as a flat record: path, status, its summary values, and its config as `config.<dotted key>`."""
-    summary = {k: rundir.parse_number(v) for k, v in rundir.read_summary(run_dir).items() if k != "config"}
+    summary = {k: v for k, v in rundir.read_summary(run_dir).items() if k != "config"}
     row = {"path": str(run_dir), "status": summary.pop(RUN_STATUS, None)}
     row.update(summary)
     row.update({CONFIG_PREFIX + k: v for k, v in flatten(rundir.read_config(run_dir)).items()})
