@@ -1,6 +1,6 @@
 """What a run is called: its W&B group, run name and tags, from the overrides that differ between cells.
 
-Pure naming: it reads Hydra's job state and the sweep's `multirun.yaml`, and writes nothing.
+Naming only: it reads Hydra's job state and the sweep's command line (through rundir), and writes nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from andrea_exp import rundir
+
 MAX_TAG = 64  # W&B's limit on a tag's length
-MULTIRUN_FILE = "multirun.yaml"  # Hydra writes it in the sweep directory before launching any job
 AXIS_TAGS = ("model.d_k", "model.scale", "model.causal")  # tagged by value even when not swept
 
 
@@ -41,20 +42,9 @@ def swept_keys(task_overrides: list[str], sweeper_params: dict | None) -> set[st
     return keys
 
 
-def sweep_command(sweep_dir: Path) -> tuple[list[str], dict]:
-    """The sweep's own overrides and sweeper params, from its multirun.yaml; ([], {}) when there is none."""
-    path = Path(sweep_dir) / MULTIRUN_FILE
-    if not path.exists():
-        return [], {}
-    master = OmegaConf.load(path)
-    task = list(OmegaConf.select(master, "hydra.overrides.task", default=[]) or [])
-    params = OmegaConf.select(master, "hydra.sweeper.params", default=None)
-    return task, (OmegaConf.to_container(params) if params is not None else {})
-
-
 def sweep_axes(sweep_dir: Path) -> set[str]:
     """The swept keys of a finished sweep directory; empty when its multirun.yaml is gone."""
-    task, params = sweep_command(sweep_dir)
+    task, params = rundir.read_sweep_command(sweep_dir)
     return swept_keys(task, params) if (task or params) else set()
 
 
@@ -83,7 +73,7 @@ def job_context(run_dir: Path) -> JobContext:
     task = [str(o) for o in hc.overrides.task]
     if hc.mode == RunMode.MULTIRUN:
         sweep_dir = Path(str(hc.sweep.dir))
-        master_task, master_params = sweep_command(sweep_dir)
+        master_task, master_params = rundir.read_sweep_command(sweep_dir)
         params = OmegaConf.to_container(hc.sweeper.params) if hc.sweeper.get("params") else {}
         keys = swept_keys(master_task, {**master_params, **params})
         axes = [split_override(o) for o in task if split_override(o)[0] in keys]

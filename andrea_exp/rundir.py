@@ -20,6 +20,7 @@ RUN_ID_FILE = "wandb_run_id"
 CHECKPOINT_DIR = "checkpoints"
 MAPS_DIR = "attention_maps"
 HYDRA_DIR = ".hydra"
+MULTIRUN_FILE = "multirun.yaml"  # Hydra writes it in the sweep directory before launching any job
 NON_FINITE = ("nan", "inf", "+inf", "-inf", "infinity", "-infinity")
 
 
@@ -124,6 +125,17 @@ def read_overrides(run_dir: Path) -> list[str]:
     if not path.exists():
         return []
     return [str(o) for o in (OmegaConf.load(path) or [])]
+
+
+def read_sweep_command(sweep_dir: Path) -> tuple[list[str], dict]:
+    """The sweep's own overrides and sweeper params, from its multirun.yaml; ([], {}) when there is none."""
+    path = Path(sweep_dir) / MULTIRUN_FILE
+    if not path.exists():
+        return [], {}
+    master = OmegaConf.load(path)
+    task = list(OmegaConf.select(master, "hydra.overrides.task", default=[]) or [])
+    params = OmegaConf.select(master, "hydra.sweeper.params", default=None)
+    return task, (OmegaConf.to_container(params) if params is not None else {})
 
 
 def read_config(run_dir: Path) -> dict:
