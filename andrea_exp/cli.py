@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from andrea_exp import devices, sweep, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
-from andrea_exp.tracking import write_summary
+from andrea_exp.rundir import read_summary, write_summary
 
 devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
 
@@ -73,7 +73,7 @@ def run_job(cfg: DictConfig) -> dict:
 
 def _summary_status(run_dir: Path) -> str | None:
     try:
-        return tracking.read_summary(run_dir).get("run/status")
+        return read_summary(run_dir).get("run/status")
     except (OSError, ValueError):
         return None
 

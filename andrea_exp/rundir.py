@@ -1,4 +1,5 @@
-"""The run directory's files: their names, `metrics.jsonl` and `summary.json` writers and readers, the W&B id file.
+"""The run directory's files: their names, `metrics.jsonl` and `summary.json` writers and readers, the W&B id file,
+the overrides Hydra recorded, and which directories of a sweep are runs.
 
 Everything the training loop leaves on disk for the sweep table, the report and users' scripts goes
 through here, so the file formats live in one place.
@@ -19,6 +20,7 @@ RUN_ID_FILE = "wandb_run_id"
 CHECKPOINT_DIR = "checkpoints"
 MAPS_DIR = "attention_maps"
 HYDRA_DIR = ".hydra"
+MULTIRUN_FILE = "multirun.yaml"  # Hydra writes it in the sweep directory before launching any job
 NON_FINITE = ("nan", "inf", "+inf", "-inf", "infinity", "-infinity")
 
 
@@ -98,6 +100,79 @@ def write_summary(run_dir: Path, summary: dict, cfg) -> None:
 
 
 def read_summary(run_dir: Path) -> dict:
-    """summary.json of a run directory; a run that never wrote one reads as {"run/status": "missing"}."""
+    """summary.json of a run directory, non-finite values as floats (as read_metrics gives them);
+    a run that never wrote one reads as {"run/status": "missing"}."""
     path = Path(run_dir) / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.exists() else {"run/status": "missing"}
+    if not path.exists():
+        return {"run/status": "missing"}
+    return {k: parse_number(v) for k, v in json.loads(path.read_text()).items()}
+
+
+def read_run_id(run_dir: Path) -> str | None:
+    """The W&B run id stored in the run directory, or None when there is none yet."""
+    path = Path(run_dir) / RUN_ID_FILE
+    text = path.read_text().strip() if path.exists() else ""
+    return text or None
+
+
+def write_run_id(run_dir: Path, run_id: str) -> None:
+    (Path(run_dir) / RUN_ID_FILE).write_text(run_id + "\n")
+
+
+def read_overrides(run_dir: Path) -> list[str]:
+    """The overrides Hydra recorded for the job (`.hydra/overrides.yaml`), as typed: ["model.d_k=64", ...]."""
+    path = Path(run_dir) / HYDRA_DIR / "overrides.yaml"
+    if not path.exists():
+        return []
+    return [str(o) for o in (OmegaConf.load(path) or [])]
+
+
+def read_sweep_command(sweep_dir: Path) -> tuple[list[str], dict]:
+    """The sweep's own overrides and sweeper params, from its multirun.yaml; ([], {}) when there is none."""
+    path = Path(sweep_dir) / MULTIRUN_FILE
+    if not path.exists():
+        return [], {}
+    master = OmegaConf.load(path)
+    task = list(OmegaConf.select(master, "hydra.overrides.task", default=[]) or [])
+    params = OmegaConf.select(master, "hydra.sweeper.params", default=None)
+    return task, (OmegaConf.to_container(params) if params is not None else {})
+
+
+def read_config(run_dir: Path) -> dict:
+    """The run's resolved config: from summary.json, else Hydra's `.hydra/config.yaml` (unresolved), else {}."""
+    config = read_summary(run_dir).get("config")
+    if isinstance(config, dict):
+        return config
+    path = Path(run_dir) / HYDRA_DIR / "config.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run directory: Hydra's `.hydra/`, or a summary or metrics file at its top."""
+    path = Path(path)
+    return any((path / name).exists() for name in (HYDRA_DIR, SUMMARY_FILE, METRICS_FILE))
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of one sweep (those Hydra wrote `.hydra/` into), in job order: 0, 1, ..., 10."""
+    return sorted((p for p in Path(sweep_dir).iterdir() if (p / HYDRA_DIR).is_dir()), key=_natural)
+
+
+def _natural(path: Path) -> tuple:
+    """Hydra numbers jobs 0, 1, ..., 10: sort by number, then by name."""
+    return (0, int(path.name), "") if path.name.isdigit() else (1, 0, path.name)
+
+
+def find_run_dirs(*roots: Path) -> list[Path]:
+    """Each root that is a run, else every run below it (W&B, checkpoint and map folders are not searched)."""
+    skip = {"wandb", CHECKPOINT_DIR, MAPS_DIR, HYDRA_DIR}
+    found: list[Path] = []
+    for root in map(Path, roots):
+        if not root.is_dir():
+            raise FileNotFoundError(f"no such run or sweep directory: {root}")
+        if is_run_dir(root):
+            found.append(root)
+            continue
+        below = [p for p in sorted(root.iterdir(), key=_natural) if p.is_dir() and p.name not in skip]
+        found.extend(find_run_dirs(*below) if below else [])
+    return list(dict.fromkeys(found))

@@ -1,4 +1,4 @@
-"""One interface, two sinks: the run's metrics.jsonl always, and W&B unless disabled."""
+"""One interface, two sinks: the run's metrics.jsonl always (through rundir), and W&B unless disabled."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
-from andrea_exp import sweep
-from andrea_exp.rundir import RUN_ID_FILE, MetricsFile, jsonable, read_summary, write_summary  # noqa: F401
+from andrea_exp import naming, rundir
+from andrea_exp.metric_keys import RUN_STATUS, TRAIN_STEP
 
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
 _open_runs: list = []  # W&B runs started and not yet finished in this process
@@ -69,7 +69,7 @@ def finish_open_runs(failed: bool = True) -> int:
         run = _open_runs.pop()
         try:
             if failed:
-                run.summary["run/status"] = "failed"
+                run.summary[RUN_STATUS] = "failed"
             run.finish(exit_code=1 if failed else 0)
         except Exception as err:  # a broken run must not break the next job
             _say_once(f"[andrea-exp] W&B: could not finish run {getattr(run, 'id', '?')}: {err}")
@@ -85,7 +85,7 @@ class Tracker:
 
     def __init__(self, run_dir: Path, cfg, *, enabled: bool = True, resume_step: int | None = None):
         self.run_dir, self.cfg, self.enabled = Path(run_dir), cfg, enabled
-        self.metrics = MetricsFile(self.run_dir / "metrics.jsonl", resume_step) if enabled else None
+        self.metrics = rundir.MetricsFile(self.run_dir / rundir.METRICS_FILE, resume_step) if enabled else None
         self.wandb_run = None
         self._wandb = None
         if enabled:
@@ -110,13 +110,13 @@ class Tracker:
             _say_once("[andrea-exp] W&B: the wandb package is not installed; logging to metrics.jsonl only")
             return
         self._wandb = wandb
-        ctx = sweep.job_context(self.run_dir)
+        ctx = naming.job_context(self.run_dir)
         init_args = dict(
             project=logger.get("project") or "andrea-exp",
             entity=logger.get("entity") or None,
             group=logger.get("group") or ctx.group,
             name=ctx.run_name,
-            tags=sweep.run_tags(self.cfg, ctx.axes, list(logger.get("tags") or [])),
+            tags=naming.run_tags(self.cfg, ctx.axes, list(logger.get("tags") or [])),
             job_type="train",
             config=OmegaConf.to_container(self.cfg, resolve=True),
             dir=str(self.run_dir),
@@ -135,16 +135,16 @@ class Tracker:
             return
         _open_runs.append(run)
         self.wandb_run = run
-        run.define_metric("train/step")
-        run.define_metric("*", step_metric="train/step")  # every chart shares the training step as x-axis
+        run.define_metric(TRAIN_STEP)
+        run.define_metric("*", step_metric=TRAIN_STEP)  # every chart shares the training step as x-axis
 
     def _run_id(self, resume_step: int | None) -> str:
         """The W&B id lives in the run directory, so a resumed run continues the same W&B run."""
-        path = self.run_dir / RUN_ID_FILE
-        if resume_step is not None and path.exists() and path.read_text().strip():
-            return path.read_text().strip()
+        stored = rundir.read_run_id(self.run_dir) if resume_step is not None else None
+        if stored:
+            return stored
         run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
-        path.write_text(run_id + "\n")
+        rundir.write_run_id(self.run_dir, run_id)
         return run_id
 
     @staticmethod
@@ -178,7 +178,7 @@ class Tracker:
         if not self.enabled or not metrics:
             return
         self.metrics.write(metrics, step)
-        self._wandb_call("log", lambda run: run.log({**metrics, "train/step": step}))
+        self._wandb_call("log", lambda run: run.log({**metrics, TRAIN_STEP: step}))
 
     def log_images(self, images: dict, step: int) -> None:
         """images: name -> PNG path, already written to the run directory."""
@@ -187,7 +187,7 @@ class Tracker:
         wandb = self._wandb
         self._wandb_call("log_images", lambda run: run.log(
             {name: wandb.Image(str(path), caption=f"step {step}") for name, path in images.items()}
-            | {"train/step": step}))
+            | {TRAIN_STEP: step}))
 
     def log_histograms(self, tensors: dict, step: int) -> None:
         """tensors: name -> tensor of values (e.g. attention scores); masked (non-finite) entries are dropped."""
@@ -203,7 +203,7 @@ class Tracker:
                 if flat.numel():
                     row[name] = wandb.Histogram(flat.numpy(), num_bins=64)
             if row:
-                run.log(row | {"train/step": step})
+                run.log(row | {TRAIN_STEP: step})
 
         self._wandb_call("log_histograms", histograms)
 
@@ -212,13 +212,13 @@ class Tracker:
         if not self.enabled:
             return
         try:
-            write_summary(self.run_dir, summary, self.cfg)
+            rundir.write_summary(self.run_dir, summary, self.cfg)
         finally:
             self.metrics.close()
             run = self.wandb_run
             if run is not None:
-                status = summary.get("run/status")
-                values = {k: jsonable(v) for k, v in summary.items() if k != "config"}
+                status = summary.get(RUN_STATUS)
+                values = {k: rundir.jsonable(v) for k, v in summary.items() if k != "config"}
                 tags = ("diverged",) if status == "diverged" else ()
                 self._wandb_call("summary", lambda r: (r.summary.update(values),
                                                        setattr(r, "tags", tuple(r.tags or ()) + tags)))

@@ -11,15 +11,34 @@ from __future__ import annotations
 import argparse
 import sys
 
+from andrea_exp.metric_keys import (
+    EVAL_BELOW_FLOOR,
+    EVAL_FLOOR,
+    EVAL_GAP,
+    EVAL_LOSS_AS_TRAINED,
+    EVAL_LOSS_GENERATION,
+    METRICS,
+    TRAIN_LOSS,
+    TRAIN_STEP,
+)
+
 AXES = {"d_k": "model.d_k", "scale": "model.scale", "mask": "model.causal"}
-STEP = "train/step"  # every chart shares the training step (tracking.py defines it as the step metric)
-ATTENTION_KEYS = ("attn/entropy", "attn/entropy_norm", "attn/max_prob", "attn/saturated_frac", "attn/score_std",
-                  "attn/score_max")
-GRADIENT_KEYS = ("grad/norm", "grad/scores")
-TARGET = "eval/loss_as_trained"
+STEP = TRAIN_STEP  # every chart shares the training step (tracking.py defines it as the step metric)
+TARGET = EVAL_LOSS_AS_TRAINED
+LINEAR_SUFFIXES = ("_frac", "_share")  # shares of rows: 0 is a real value, which a log axis would hide
+
+
+def pooled_keys(namespace: str) -> tuple[str, ...]:
+    """The registry's keys of one namespace pooled over layers (`attn/entropy`, not `grad/L{l}/q`), in its order."""
+    return tuple(m.key for m in METRICS if m.key.startswith(namespace + "/") and "{" not in m.key)
+
+
+ATTENTION_KEYS = pooled_keys("attn")
+GRADIENT_KEYS = pooled_keys("grad")
 
 
 def _line(wr, key: str, *, groupby: str | None = None, title: str | None = None, log_y: bool = False):
+    """A line chart of one key over the training step; grouped (mean, min-max band) by a config key if given."""
     extra = {"groupby": wr.Config(groupby), "groupby_aggfunc": "mean", "groupby_rangefunc": "minmax"} if groupby else {}
     return wr.LinePlot(title=title or key, x=STEP, y=[key], log_y=log_y or None, **extra)
 
@@ -29,22 +48,22 @@ def build_workspace(entity: str, project: str, group: str, name: str | None = No
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
-    loss_grouped = [_line(wr, "train/loss", groupby=key, title=f"train/loss by {label}")
+    loss_grouped = [_line(wr, TRAIN_LOSS, groupby=key, title=f"{TRAIN_LOSS} by {label}")
                     for label, key in AXES.items()]
     loss_grouped += [_line(wr, TARGET, groupby=key, title=f"{TARGET} by {label}") for label, key in AXES.items()]
     sections = [
         ws.Section(name="Loss by d_k, scale and mask", panels=loss_grouped, is_open=True),
         ws.Section(name="Loss per cell", is_open=True, panels=[
-            _line(wr, "train/loss"), _line(wr, TARGET), _line(wr, "eval/loss_generation"),
-            _line(wr, "eval/floor"),
+            _line(wr, TRAIN_LOSS), _line(wr, TARGET), _line(wr, EVAL_LOSS_GENERATION), _line(wr, EVAL_FLOOR),
         ]),
         ws.Section(name="Attention over steps", is_open=True,
                    panels=[_line(wr, key) for key in ATTENTION_KEYS]),
-        ws.Section(name="Gradients", is_open=False, panels=[_line(wr, key, log_y=True) for key in GRADIENT_KEYS]),
+        ws.Section(name="Gradients", is_open=False, panels=[_line(wr, key, log_y=not key.endswith(LINEAR_SUFFIXES))
+                                                                for key in GRADIENT_KEYS]),
         ws.Section(name="Train-inference gap", is_open=True, panels=[
-            wr.BarPlot(title="eval/gap per cell (final)", metrics=["eval/gap"], orientation="h"),
-            wr.BarPlot(title="eval/below_floor per cell (final)", metrics=["eval/below_floor"], orientation="h"),
-            _line(wr, "eval/gap"),
+            wr.BarPlot(title=f"{EVAL_GAP} per cell (final)", metrics=[EVAL_GAP], orientation="h"),
+            wr.BarPlot(title=f"{EVAL_BELOW_FLOOR} per cell (final)", metrics=[EVAL_BELOW_FLOOR], orientation="h"),
+            _line(wr, EVAL_GAP),
         ]),
         ws.Section(name="Axes -> loss", is_open=True, panels=[
             wr.ParallelCoordinatesPlot(title=f"d_k, scale, mask -> {TARGET}", columns=[

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -14,7 +15,8 @@ from omegaconf import OmegaConf
 from test_tracking import read_run
 
 from andrea_exp.cli import CONF_DIR
-from andrea_exp.sweep import format_table, run_name, run_tags, swept_keys
+from andrea_exp.naming import run_name, run_tags, swept_keys
+from andrea_exp.sweep import format_table
 
 TINY = ["train.max_steps=20", "data.seq_len=32", "probe.every=10", "train.eval_every=10", "probe.maps_every=0",
         "train.log_every=5", "data.train_sequences=512", "data.eval_sequences=32", "train.batch_size=8",
@@ -157,3 +159,26 @@ def test_scaling_at_init_runs_only_the_final_probe_and_eval(tmp_path):
     # unscaled scores grow with d_k, scaled ones do not (claims C2, C5): 8x the width, about sqrt(8) the spread
     assert stds[(64, False)] / stds[(8, False)] > 2.0
     assert stds[(64, True)] / stds[(8, True)] < 1.6
+
+
+def andrea_imports(module: str) -> set[str]:
+    """The andrea_exp modules a module of the package imports (at any depth in its source)."""
+    tree = ast.parse((Path(__file__).resolve().parent.parent / "andrea_exp" / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "andrea_exp":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("andrea_exp."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("andrea_exp."))
+    return found
+
+
+def test_imports_run_one_way_rundir_naming_tracking_sweep_runs():
+    order = ["metric_keys", "rundir", "naming", "tracking", "sweep", "runs"]  # each may import only those before it
+    for i, module in enumerate(order[1:], start=1):
+        later = andrea_imports(module) & set(order[i:])
+        assert not later, f"andrea_exp.{module} imports {sorted(later)}, which come after it"
+    assert andrea_imports("tracking") == {"metric_keys", "naming", "rundir"}
+    assert "tracking" in andrea_imports("sweep") and "sweep" in andrea_imports("runs")

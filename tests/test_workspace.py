@@ -9,6 +9,7 @@ import sys
 
 import wandb_workspaces.reports.v2 as wr
 
+from andrea_exp.metric_keys import ATTN_JAC_NORM, ATTN_QK_SPECTRAL, GRAD_NORM, GRAD_SCORES_DEAD_FRAC, METRICS
 from andrea_exp.workspace import AXES, TARGET, build_workspace
 
 
@@ -28,8 +29,14 @@ def test_sections_panels_and_keys():
         ([TARGET], "model.d_k"), ([TARGET], "model.scale"), ([TARGET], "model.causal")]
     every_line = [p for s in w.sections for p in s.panels if isinstance(p, wr.LinePlot)]
     assert {p.x for p in every_line} == {"train/step"}  # one step axis everywhere
-    attention = {p.y[0] for p in panels(w, "Attention over steps")}
-    assert {"attn/entropy", "attn/max_prob"} <= attention
+    attention = [p.y[0] for p in panels(w, "Attention over steps")]
+    assert attention == [m.key for m in METRICS if m.key.startswith("attn/") and not m.key.startswith("attn/L")]
+    assert {"attn/entropy", "attn/max_prob", ATTN_JAC_NORM, ATTN_QK_SPECTRAL} <= set(attention)
+    gradients = {p.y[0]: p.log_y for p in panels(w, "Gradients")}
+    assert all("{" not in key and key.startswith("grad/") for key in gradients)  # pooled keys only
+    assert gradients[GRAD_NORM] is True and gradients["grad/scores"] is True
+    assert gradients[GRAD_SCORES_DEAD_FRAC] is None  # a share of rows is often 0: a linear axis shows it
+    assert len(gradients) == sum(m.key.startswith("grad/") and "{" not in m.key for m in METRICS)
     gap = panels(w, "Train-inference gap")
     assert [p.metrics for p in gap if isinstance(p, wr.BarPlot)] == [["eval/gap"], ["eval/below_floor"]]
     (parallel,) = panels(w, "Axes -> loss")
