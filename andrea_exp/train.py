@@ -328,13 +328,13 @@ class LogWindow:
     """The steps since the last flush, values kept on the device; `flush` makes the train/* rows with one
     host sync. tokens/s counts the window's wall time less the work done `aside` (eval, checkpoints, maps)."""
 
-    def __init__(self, tokens_per_step: int, grad_clip: float):
-        self.tokens_per_step, self.grad_clip = tokens_per_step, grad_clip
+    def __init__(self, tokens_per_step: int, grad_clip: float, clock=time.perf_counter):
+        self.tokens_per_step, self.grad_clip, self.clock = tokens_per_step, grad_clip, clock
         self.restart()
 
     def restart(self) -> None:
         self.steps: list[tuple[int, torch.Tensor, torch.Tensor, float]] = []
-        self.started, self.excluded = time.perf_counter(), 0.0
+        self.started, self.excluded = self.clock(), 0.0
 
     def add(self, step: int, loss: torch.Tensor, gn: torch.Tensor, lr: float) -> None:
         self.steps.append((step, loss, gn, lr))
@@ -344,18 +344,18 @@ class LogWindow:
 
     @contextlib.contextmanager
     def aside(self):
-        t0 = time.perf_counter()
+        t0 = self.clock()
         try:
             yield
         finally:
-            self.excluded += time.perf_counter() - t0
+            self.excluded += self.clock() - t0
 
     def flush(self) -> list[tuple[int, dict]]:
         """(step, row) for each step of the window, oldest first; the last row also has tokens/s and clip share."""
         if not self.steps:
             return []
         values = torch.stack([torch.stack([loss, gn]) for _, loss, gn, _ in self.steps]).float().tolist()  # the sync
-        elapsed = time.perf_counter() - self.started - self.excluded
+        elapsed = self.clock() - self.started - self.excluded
         rows, clipped = [], 0
         for (at, _, _, lr), (loss, gn) in zip(self.steps, values):
             clipped += self.grad_clip > 0 and gn > self.grad_clip
@@ -445,9 +445,11 @@ class StopRequest:
 # ---------------------------------------------------------------- the run's summary
 
 
-def git_facts() -> dict:
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def git_facts(here: Path = PACKAGE_DIR) -> dict:
     """The code's commit and whether tracked files differ from it; None for both outside a git checkout."""
-    here = Path(__file__).resolve().parent
 
     def git(*args) -> str | None:
         try:
