@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from andrea_exp.config import ConfigError
+from andrea_exp.schema import is_scientific
 
 LATEST = "latest.pt"
+BEST = "best.pt"
+STEP_PREFIX = "step-"
 
 
 class CheckpointError(ConfigError):
@@ -109,3 +114,62 @@ def restore(state: dict, *, model, optimizer, scheduler, max_steps: int, path: P
                               "the run's own settings (see its .hydra/overrides.yaml)") from None
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+
+
+# ---------------------------------------------------------------- the settings a resume must keep
+
+
+def _flatten(node: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+# operational settings newer than schema.py's list (to move there): they change nothing a run measures
+_ALSO_OPERATIONAL = ("train.keep_checkpoints", "train.progress_every")
+
+
+def scientific_settings(cfg) -> dict:
+    """The resolved config flattened to dotted keys, scientific settings only (`schema.is_scientific`)."""
+    flat = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    return {key: value for key, value in sorted(flat.items())
+            if is_scientific(key) and key not in _ALSO_OPERATIONAL}
+
+
+def check_settings(saved: dict | None, current: dict, path: Path) -> None:
+    """One line naming every scientific setting that differs from the checkpoint's (old -> new)."""
+    if saved is None:
+        return  # a checkpoint written before settings were recorded: nothing to compare
+    changed = [f"{key} {saved.get(key, '(unset)')} -> {current.get(key, '(unset)')}"
+               for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
+    if changed:
+        raise CheckpointError(f"train.resume: settings differ from the checkpoint {path}: {', '.join(changed)}; "
+                              "resume with the run's own settings, or start a new run")
+
+
+# ---------------------------------------------------------------- step and best copies
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """target becomes the content of source now (a hard link when the file system allows it), atomically."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def keep_copies(directory: Path, step: int, keep: int, is_best: bool) -> None:
+    """After a save: step-SSSSSSS.pt for this step, the oldest beyond `keep` removed; best.pt when is_best."""
+    latest = directory / LATEST
+    _link_or_copy(latest, directory / f"{STEP_PREFIX}{step:07d}.pt")
+    for old in sorted(directory.glob(f"{STEP_PREFIX}*.pt"))[:-keep]:
+        old.unlink()
+    if is_best:
+        _link_or_copy(latest, directory / BEST)

@@ -1,9 +1,15 @@
-"""Console entry point: `andrea-exp` / `python -m andrea_exp` is the Hydra app (`-m` sweeps)."""
+"""Console entry point: `andrea-exp` / `python -m andrea_exp` is the Hydra app (`-m` sweeps).
+
+Resuming (`train.resume=true hydra.run.dir=RUN`) never overwrites the run's original `.hydra/` files:
+each resume's config and overrides go to `.hydra/resume-N/` beside them (see `resume_overrides`).
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -50,13 +56,27 @@ def run_job(cfg: DictConfig) -> dict:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
-    from andrea_exp.train import train  # torch import kept out of config errors' path
+    from andrea_exp.train import AlreadyFinished, Interrupted, train  # torch import kept out of config errors' path
 
     try:
         summary = train(cfg, run_dir)
+    except AlreadyFinished as done:
+        discard_resume_record(run_dir, hydra_cfg)
+        if _is_rank_zero():
+            print(f"[andrea-exp] {done}", flush=True)
+        return done.summary
+    except Interrupted as stop:
+        if _is_rank_zero():
+            print(f"[andrea-exp] {stop}; resume with: {resume_command(hydra_cfg, run_dir)}", flush=True)
+            if in_sweep:
+                sweep_dir = Path(hydra_cfg.sweep.dir)
+                print(f"[andrea-exp] sweep {sweep_dir} interrupted at cell {hydra_cfg.job.num}")
+                print(sweep.format_table(sweep.read_cells(sweep_dir)), flush=True)
+        sys.exit(stop.exit_code)
     except Exception as err:
         tracking.finish_open_runs(failed=True)  # never let this job's W&B run leak into the next job
         if isinstance(err, ConfigError) and not in_sweep:  # e.g. a checkpoint that does not fit: files untouched
+            discard_resume_record(run_dir, hydra_cfg)
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
         if _summary_status(run_dir) != "failed":  # keep the tracker's fuller failure summary when it wrote one
@@ -69,6 +89,65 @@ def run_job(cfg: DictConfig) -> dict:
     if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
         print_run_summary(summary, run_dir)
     return summary
+
+
+# ---------------------------------------------------------------- resuming
+
+
+def _is_true(value: str) -> bool:
+    return value.strip().lower() in ("true", "yes", "on", "1")
+
+
+def _setting(argv: list[str], key: str) -> str | None:
+    """The value the command line gives `key` (last one wins), or None."""
+    found = None
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if eq and name.lstrip("+~") == key:
+            found = value
+    return found
+
+
+def resume_overrides(argv: list[str]) -> tuple[list[str], str | None]:
+    """(extra Hydra overrides, one-line error) for a command line with train.resume=true.
+
+    Hydra writes config.yaml, hydra.yaml and overrides.yaml into `hydra.output_subdir` (default `.hydra`)
+    before the task function runs, so a resume would overwrite the record of how the run was started.
+    Choosing the subdirectory per invocation, before Hydra starts, is the one clean place: a resume of a
+    run that already has `.hydra/` writes to `.hydra/resume-N/` (N = 1, 2, ...), and a resume that is
+    refused or finds the run finished deletes that folder again, leaving the run directory as it was.
+    """
+    if not _is_true(_setting(argv, "train.resume") or "false") or _setting(argv, "hydra.output_subdir") is not None:
+        return [], None
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    top = _setting(argv, key)
+    if top is None:
+        return [], (f"train.resume=true needs {key}=DIR naming the run to continue (the default directory is "
+                    "new, with a time stamp)")
+    if int(os.environ.get("RANK", "0")) != 0:
+        return ["hydra.output_subdir=null"], None  # under torchrun rank 0 alone records the resume
+    runs = [p for p in Path(top).iterdir() if p.is_dir()] if multirun and Path(top).is_dir() else [Path(top)]
+    records = [p / ".hydra" for p in runs if (p / ".hydra" / "config.yaml").is_file()]
+    if not records:
+        return [], None  # nothing to protect: the first start writes .hydra/ as usual
+    taken = [int(d.name.split("-")[1]) for r in records for d in r.glob("resume-*") if d.name.split("-")[1].isdigit()]
+    return [f"hydra.output_subdir=.hydra/resume-{max(taken, default=0) + 1}"], None
+
+
+def discard_resume_record(run_dir: Path, hydra_cfg) -> None:
+    """A resume that changed nothing leaves no trace: remove the .hydra/resume-N/ Hydra wrote for it."""
+    subdir = hydra_cfg.output_subdir
+    if subdir and Path(str(subdir)).name.startswith("resume-"):
+        shutil.rmtree(run_dir / str(subdir), ignore_errors=True)
+
+
+def resume_command(hydra_cfg, run_dir: Path) -> str:
+    """The command that continues this run: its own overrides, train.resume=true, its run directory."""
+    dropped = ("train.resume", "hydra.run.dir", "hydra.output_subdir")
+    kept = [str(o) for o in hydra_cfg.overrides.task if str(o).partition("=")[0].lstrip("+~") not in dropped]
+    where = f"hydra.run.dir={shlex.quote(str(run_dir))}"
+    return " ".join(["andrea-exp", *map(shlex.quote, kept), "train.resume=true", where])
 
 
 def _summary_status(run_dir: Path) -> str | None:
@@ -99,6 +178,11 @@ def main() -> None:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)
+    extra, problem = resume_overrides(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    sys.argv.extend(extra)
     _app()
     if sweep.failed_cells():
         sys.exit(1)

@@ -1,11 +1,28 @@
-"""The training loop: optimiser, schedule, probes, evaluation, checkpoints, divergence."""
+"""The training loop: optimiser, schedule, probes, evaluation, checkpoints, divergence, interrupts.
+
+Read `train()` from top to bottom: set-up, the step loop, the end of the run. What must survive a
+resume lives in `LoopState`; the train/* rows are made by `LogWindow`, one host sync per window.
+
+Resuming (`train.resume=true hydra.run.dir=RUN`): the checkpoint records the run's resolved scientific
+settings (`andrea_exp.schema.is_scientific`: model, data, optimiser, schedule, precision, probe
+thresholds, ...) and a resume that changes any of them is refused in one line naming them. Operational
+settings may change on resume: logging (`logger.*`), device, compile, progress, the cadences
+(`train.eval_every`, `train.log_every`, `train.ckpt_every`, `probe.every`, `probe.maps_every`), the
+sample length, the seed's name and the launcher. A finished run is left as it is.
+
+SIGINT or SIGTERM ends the current step, writes a checkpoint and a summary with `run/status:
+interrupted`, and the command exits 130 / 143 after printing how to resume; a second signal kills.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,16 +33,41 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from andrea_exp import checkpoint
+from andrea_exp import metric_keys as K
+from andrea_exp.config import ConfigError
 from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate, generate
 from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.tracking import Tracker
 
 MODEL_FIELDS = set(ModelConfig.__dataclass_fields__)
+# summary keys not (yet) in metric_keys.py
+RUN_GIT_COMMIT, RUN_GIT_DIRTY, SYSTEM_CUDA = "run/git_commit", "run/git_dirty", "system/cuda"
 
 
 class Diverged(Exception):
     """Training left the finite or the plausible: a result, not a crash."""
+
+
+class AlreadyFinished(Exception):
+    """train.resume on a run that finished: nothing to do, nothing written."""
+
+    def __init__(self, run_dir: Path, summary: dict):
+        super().__init__(f"{run_dir} already finished ({summary.get(K.RUN_STEPS)} steps); nothing to resume")
+        self.summary = summary
+
+
+class Interrupted(Exception):
+    """SIGINT / SIGTERM ended the run after a checkpoint and a summary were written."""
+
+    def __init__(self, signum: int, summary: dict):
+        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {summary.get(K.RUN_STEPS)}")
+        self.signum, self.summary = signum, summary
+        self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+
+
+# ---------------------------------------------------------------- set-up
 
 
 @dataclass
@@ -41,6 +83,10 @@ def setup_runtime(cfg) -> Runtime:
     """Pick the device and precision; join a torchrun process group when one is set up."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    precision = cfg.train.precision
+    if precision == "fp16":
+        raise ConfigError("train.precision=fp16 is refused: float16 autocast needs loss scaling, which this loop "
+                          "does not do; use bf16 (same speed on Ampere and later GPUs) or fp32")
     wanted = str(cfg.train.device)
     if wanted == "auto":
         wanted = "cuda" if torch.cuda.is_available() else "cpu"
@@ -60,14 +106,12 @@ def setup_runtime(cfg) -> Runtime:
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    precision = cfg.train.precision
     if precision == "auto":
         precision = "bf16" if device.type == "cuda" else "fp32"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    if dtype is None:
-        autocast = contextlib.nullcontext
+    if precision == "bf16":
+        autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)  # noqa: E731
     else:
-        autocast = lambda: torch.autocast(device_type=device.type, dtype=dtype)  # noqa: E731
+        autocast = contextlib.nullcontext
     return Runtime(device, rank, world_size, rank == 0, autocast)
 
 
@@ -75,6 +119,13 @@ def build_model(cfg, vocab_size: int) -> Andrea:
     fields = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k in MODEL_FIELDS}
     fields["vocab_size"] = cfg.model.get("vocab_size") or vocab_size
     return Andrea(ModelConfig(**fields))
+
+
+def describe_model(cfg, model: Andrea, device) -> str:
+    m = cfg.model
+    return (f"[andrea-exp] model {m.name}: {model.num_params() / 1e6:.2f}M parameters (d_model {m.d_model}, "
+            f"{m.n_layer} layers, {m.n_head} heads, d_k {m.d_k}, d_v {m.d_v}, vocab {model.cfg.vocab_size}) "
+            f"on {device}")
 
 
 def build_optimizer(model, cfg, device):
@@ -91,10 +142,64 @@ def build_optimizer(model, cfg, device):
     return optimizer, torch.optim.lr_scheduler.SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])
 
 
-def grad_norm(params) -> torch.Tensor:
-    """Global L2 norm of all gradients, on the device (no sync)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+def local_batch_size(batch_size: int, world_size: int) -> int:
+    if batch_size % world_size:
+        raise ValueError(f"train.batch_size ({batch_size}) must be divisible by the number of processes "
+                         f"({world_size})")
+    return batch_size // world_size
+
+
+def wrap_for_training(model, cfg, rt: Runtime):
+    """The module the step calls: compiled and/or DDP-wrapped; `model` itself stays plain for eval and probes."""
+    wrapped = torch.compile(model) if cfg.train.compile else model
+    if rt.world_size > 1:
+        ids = [rt.device.index] if rt.device.type == "cuda" else None
+        wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
+    return wrapped
+
+
+def build_probe(cfg, model, held_out, run_dir: Path, rt: Runtime):
+    if cfg.probe.every <= 0 or not rt.is_main:
+        return None
+    from andrea_exp.probe import Probe
+
+    return Probe(model, held_out[: cfg.probe.batch_size], cfg.probe, run_dir)
+
+
+def probe_due(step: int, cfg_probe) -> bool:
+    """Probe at this step? Every `dense_every` steps while step < `dense_until`, then every `every`; every=0: never."""
+    every = cfg_probe.get("every", 0)
+    if every <= 0:
+        return False
+    dense_until, dense_every = cfg_probe.get("dense_until", 0), cfg_probe.get("dense_every", 0)
+    if dense_every > 0 and step < dense_until:
+        return step % dense_every == 0
+    return step % every == 0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings the step loop reads, as plain values: each OmegaConf lookup costs microseconds of host time."""
+    max_steps: int
+    log_every: int
+    grad_clip: float
+    eval_every: int
+    ckpt_every: int
+    keep_checkpoints: int
+    maps_every: int
+    seed: int
+    tokens_per_step: int
+    probe: dict  # every, dense_until, dense_every: what probe_due reads
+
+    @classmethod
+    def of(cls, cfg) -> Settings:
+        tc, pc = cfg.train, cfg.probe
+        return cls(tc.max_steps, tc.log_every, tc.grad_clip, tc.eval_every, tc.ckpt_every,
+                   tc.get("keep_checkpoints", 0), pc.maps_every, cfg.seed, tc.batch_size * cfg.data.seq_len,
+                   {k: pc.get(k, 0) for k in ("every", "dense_until", "dense_every")})
+
+
+# ---------------------------------------------------------------- what survives a resume
 
 
 class DivergenceWatch:
@@ -133,6 +238,68 @@ def _plain(metrics: dict) -> dict:
     return out
 
 
+@dataclass
+class LoopState:
+    """Everything besides weights, optimiser, schedule and random streams that a resumed run needs to carry
+    on as if it had never stopped."""
+    watch: DivergenceWatch
+    step: int = 0
+    best_eval: float = math.inf
+    best_step: int | None = None         # step of best_eval (which checkpoint is best.pt)
+    last: dict = field(default_factory=dict)  # latest value of every key, for the summary
+    records_step: int | None = None      # the step `records` were logged at
+    records: list = field(default_factory=list)  # logged at records_step: the evaluation just before a checkpoint
+
+    def to_checkpoint(self, max_steps: int, settings: dict) -> dict:
+        here = self.records if self.records_step == self.step else []
+        return {**self.watch.state(), "best_eval": self.best_eval, "best_step": self.best_step,
+                "max_steps": max_steps, "settings": settings, "last": _plain(self.last),
+                "records_at_step": [_plain(r) for r in here]}
+
+    def load_checkpoint(self, state: dict) -> None:
+        extra = state["extra"]
+        self.watch.load_state(extra)
+        self.step, self.best_eval = state["step"], extra.get("best_eval", math.inf)
+        self.best_step = extra.get("best_step")
+        self.last = dict(extra.get("last", {}))
+
+
+def log(tracker: Tracker, st: LoopState, metrics: dict, at: int) -> None:
+    st.last.update(metrics)
+    tracker.log(metrics, at)
+    if st.records_step != at:
+        st.records_step, st.records = at, []
+    st.records.append(metrics)
+
+
+def load_resume_state(cfg, run_dir: Path, settings: dict, is_main: bool) -> dict | None:
+    """The checkpoint to continue from, or None for a fresh run. Refuses changed scientific settings
+    (CheckpointError, nothing written) and stops at a finished run (AlreadyFinished)."""
+    if not cfg.train.resume:
+        return None
+    ckpt_dir = run_dir / CHECKPOINT_DIR
+    state = checkpoint.load(ckpt_dir)
+    if state is None:
+        if is_main:
+                print(f"[andrea-exp] train.resume=true but {ckpt_dir} holds no checkpoint; starting from step 0 "
+                  "(resume needs the run's own hydra.run.dir)", flush=True)
+        return None
+    checkpoint.check_settings(state["extra"].get("settings"), settings, ckpt_dir / checkpoint.LATEST)
+    summary = read_summary(run_dir)
+    if state["step"] >= cfg.train.max_steps and summary.get(K.RUN_STATUS) == "finished":
+        raise AlreadyFinished(run_dir, summary)
+    return state
+
+
+# ---------------------------------------------------------------- the step and its logging window
+
+
+def grad_norm(params) -> torch.Tensor:
+    """Global L2 norm of all gradients, on the device (no sync)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+
+
 def _all_reduce_mean(t: torch.Tensor, rt: Runtime) -> torch.Tensor:
     if rt.world_size > 1:
         t = t.clone()
@@ -142,201 +309,295 @@ def _all_reduce_mean(t: torch.Tensor, rt: Runtime) -> torch.Tensor:
     return t
 
 
-def show_progress(cfg, rt: Runtime) -> bool:
-    setting = cfg.train.progress
-    if setting == "auto":
-        return rt.is_main and sys.stderr.isatty()
-    return bool(setting) and rt.is_main
+def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip: float):
+    """One optimiser update; returns (loss, grad norm before clipping, lr used), tensors left on the device."""
+    with rt.autocast():
+        _, loss = model(x, y)
+    loss.backward()
+    gn = grad_norm(params)  # global, before clipping
+    if grad_clip > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, grad_clip, gn)
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return _all_reduce_mean(loss.detach(), rt), gn.detach(), lr
+
+
+class LogWindow:
+    """The steps since the last flush, values kept on the device; `flush` makes the train/* rows with one
+    host sync. tokens/s counts the window's wall time less the work done `aside` (eval, checkpoints, maps)."""
+
+    def __init__(self, tokens_per_step: int, grad_clip: float, clock=time.perf_counter):
+        self.tokens_per_step, self.grad_clip, self.clock = tokens_per_step, grad_clip, clock
+        self.restart()
+
+    def restart(self) -> None:
+        self.steps: list[tuple[int, torch.Tensor, torch.Tensor, float]] = []
+        self.started, self.excluded = self.clock(), 0.0
+
+    def add(self, step: int, loss: torch.Tensor, gn: torch.Tensor, lr: float) -> None:
+        self.steps.append((step, loss, gn, lr))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @contextlib.contextmanager
+    def aside(self):
+        t0 = self.clock()
+        try:
+            yield
+        finally:
+            self.excluded += self.clock() - t0
+
+    def flush(self) -> list[tuple[int, dict]]:
+        """(step, row) for each step of the window, oldest first; the last row also has tokens/s and clip share."""
+        if not self.steps:
+            return []
+        values = torch.stack([torch.stack([loss, gn]) for _, loss, gn, _ in self.steps]).float().tolist()  # the sync
+        elapsed = self.clock() - self.started - self.excluded
+        rows, clipped = [], 0
+        for (at, _, _, lr), (loss, gn) in zip(self.steps, values):
+            clipped += self.grad_clip > 0 and gn > self.grad_clip
+            rows.append((at, {K.TRAIN_LOSS: loss, K.GRAD_NORM: gn, K.TRAIN_LR: lr,
+                              K.TRAIN_TOKENS: (at + 1) * self.tokens_per_step}))
+        rows[-1][1].update({K.TRAIN_TOKENS_PER_S: self.tokens_per_step * len(rows) / max(elapsed, 1e-9),
+                            K.TRAIN_GRAD_CLIP_FRAC: clipped / len(rows)})
+        self.restart()
+        return rows
+
+
+# ---------------------------------------------------------------- progress and interrupts
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (SLURM, nohup) a line every `train.progress_every` steps with an ETA."""
+
+    def __init__(self, cfg, rt: Runtime, start: int):
+        setting, self.total, self.start = cfg.train.progress, cfg.train.max_steps, start
+        on_terminal = sys.stderr.isatty()
+        bar = rt.is_main and (setting is True or (setting == "auto" and on_terminal))
+        self.every = cfg.train.get("progress_every", 0) if rt.is_main and setting == "auto" and not on_terminal else 0
+        self.bar = tqdm(total=self.total, initial=start, disable=not bar, desc="train", dynamic_ncols=True)
+        self.started, self.next_line = time.perf_counter(), (start // self.every + 1) * self.every if self.every else 0
+
+    def update(self) -> None:
+        self.bar.update(1)
+
+    def note(self, step: int, loss: float) -> None:
+        """After a window is flushed: `step` updates done, `loss` the latest training loss."""
+        self.bar.set_postfix(loss=f"{loss:.3f}")
+        if self.every and step >= self.next_line:
+            self.next_line = (step // self.every + 1) * self.every
+            elapsed = time.perf_counter() - self.started
+            eta = elapsed / max(step - self.start, 1) * (self.total - step)
+            print(f"[andrea-exp] step {step}/{self.total} ({100 * step / self.total:.0f}%) loss {loss:.4f} "
+                  f"elapsed {_clock(elapsed)} ETA {_clock(eta)}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class StopRequest:
+    """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
+    gets the previous handler (Ctrl-C twice still kills a stuck run)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        self._restore()
+
+    def agreed(self, rt: Runtime, at_sync_point: bool) -> bool:
+        """Stop now? Under DDP every process must stop at the same step: they agree at window flushes."""
+        if rt.world_size == 1:
+            return self.signum is not None
+        if not at_sync_point:
+            return False
+        flag = torch.tensor([self.signum or 0], device=rt.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.signum = int(flag.item()) or None
+        return self.signum is not None
+
+
+# ---------------------------------------------------------------- the run's summary
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def git_facts(here: Path = PACKAGE_DIR) -> dict:
+    """The code's commit and whether tracked files differ from it; None for both outside a git checkout."""
+
+    def git(*args) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {RUN_GIT_COMMIT: commit, RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
+
+
+def run_facts(rt: Runtime, model: Andrea, vocab_size: int) -> dict:
+    gpu = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
+    return {K.TRAIN_WORLD_SIZE: rt.world_size, K.MODEL_PARAMS: model.num_params(), K.SYSTEM_GPU: gpu,
+            K.SYSTEM_TORCH: torch.__version__, SYSTEM_CUDA: torch.version.cuda,
+            K.DATA_LOG_VOCAB: math.log(vocab_size), **git_facts()}
+
+
+def save_checkpoint(ckpt_dir: Path, st: LoopState, s: Settings, settings: dict, model, optimizer, scheduler) -> None:
+    checkpoint.save(ckpt_dir, step=st.step, model=model, optimizer=optimizer, scheduler=scheduler,
+                    extra=st.to_checkpoint(s.max_steps, settings))
+    if s.keep_checkpoints > 0:
+        checkpoint.keep_copies(ckpt_dir, st.step, s.keep_checkpoints, is_best=st.best_step == st.step)
+
+
+def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime) -> None:
+    """Held-out evaluation at st.step (rank 0 only), logged; the best value follows the held-out loss."""
+    with rt.autocast():
+        metrics = evaluate(model, data.eval.tokens, data.floor)
+    if metrics[K.EVAL_LOSS_AS_TRAINED] < st.best_eval:
+        st.best_eval, st.best_step = metrics[K.EVAL_LOSS_AS_TRAINED], st.step
+    log(tracker, st, metrics, st.step)
+
+
+def flush_window(window: LogWindow, tracker: Tracker, st: LoopState, progress: Progress) -> None:
+    """Log the window's rows, then check them for divergence: a diverged run keeps every record it made."""
+    rows = window.flush()
+    for at, row in rows:
+        log(tracker, st, row, at)
+    for at, row in rows:
+        st.watch.check(at, row[K.TRAIN_LOSS], row[K.GRAD_NORM])
+    if rows:
+        progress.note(st.step, rows[-1][1][K.TRAIN_LOSS])
+
+
+def measure_probe(probe, tracker: Tracker, st: LoopState, s: Settings, window: LogWindow) -> None:
+    """The probe's metrics and attention maps when due at st.step."""
+    if probe is None:
+        return
+    if probe_due(st.step, s.probe):
+        log(tracker, st, probe.measure(st.step), st.step)
+    if s.maps_every and st.step % s.maps_every == 0:
+        with window.aside():  # drawing PNGs and handing them to W&B is not training
+            tracker.log_images(probe.draw_maps(st.step), st.step)
+
+
+def sample_text(cfg, model, held_out, rt: Runtime) -> str:
+    prompt = held_out[:1, : min(8, held_out.size(1))]
+    with rt.autocast():
+        sample = generate(model.eval(), prompt, cfg.train.sample_tokens, seed=cfg.seed)[0].tolist()
+    return " ".join(map(str, sample))
+
+
+# ---------------------------------------------------------------- the loop
 
 
 def train(cfg, run_dir: Path) -> dict:
-    """Train one run described by cfg into run_dir; return its summary. Raises only on real errors."""
-    rt = setup_runtime(cfg)
-    tc = cfg.train
-    torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
+    """Train one run described by cfg into run_dir; return its summary. Raises Interrupted after SIGINT /
+    SIGTERM (checkpoint and summary written), AlreadyFinished for a finished run, errors on real errors."""
+    rt, s = setup_runtime(cfg), Settings.of(cfg)
+    torch.manual_seed(s.seed)
+    data = build_dataset(cfg.data, cfg.data.seq_len, s.seed).to(rt.device)
+    held_out = data.eval.tokens
     model = build_model(cfg, data.vocab_size).to(rt.device)
     if rt.is_main:
-        print(f"[andrea-exp] model {cfg.model.name}: {model.num_params() / 1e6:.2f}M parameters "
-              f"(d_model {cfg.model.d_model}, {cfg.model.n_layer} layers, {cfg.model.n_head} heads, "
-              f"d_k {cfg.model.d_k}, d_v {cfg.model.d_v}, vocab {model.cfg.vocab_size}) on {rt.device}", flush=True)
+        print(describe_model(cfg, model, rt.device), flush=True)
     optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    if tc.batch_size % rt.world_size:
-        raise ValueError(f"train.batch_size ({tc.batch_size}) must be divisible by the number of processes "
-                         f"({rt.world_size})")
-    local_bs = tc.batch_size // rt.world_size
-
-    ckpt_dir = run_dir / "checkpoints"
-    start_step = 0
-    state = checkpoint.load(ckpt_dir) if tc.resume else None
-    if state is not None:
-        checkpoint.restore(state, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=tc.max_steps,
+    local_bs = local_batch_size(cfg.train.batch_size, rt.world_size)
+    ckpt_dir, settings = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(cfg)
+    resumed = load_resume_state(cfg, run_dir, settings, rt.is_main)
+    st = LoopState(DivergenceWatch(cfg.train.diverge_factor, cfg.train.diverge_patience))
+    if resumed is not None:
+        checkpoint.restore(resumed, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=s.max_steps,
                            path=ckpt_dir / checkpoint.LATEST)
-        start_step = state["step"]
+        st.load_checkpoint(resumed)
         if rt.is_main:
-            print(f"[andrea-exp] resuming {run_dir} from step {start_step}", flush=True)
-    elif tc.resume and rt.is_main:
-        print(f"[andrea-exp] train.resume=true but {ckpt_dir} holds no checkpoint; starting from step 0 "
-              "(resume needs the run's own hydra.run.dir)", flush=True)
-    resume_step = start_step if state is not None else None
-    tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=resume_step)
-
-    train_model = torch.compile(model) if tc.compile else model
-    if rt.world_size > 1:
-        ids = [rt.device.index] if rt.device.type == "cuda" else None
-        train_model = torch.nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
-
-    held_out = data.eval.tokens
-    probe = None
-    if cfg.probe.every > 0 and rt.is_main:
-        from andrea_exp.probe import Probe
-
-        probe = Probe(model, held_out[: cfg.probe.batch_size], cfg.probe, run_dir)
-
+            print(f"[andrea-exp] resuming {run_dir} from step {st.step}", flush=True)
+    tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
+    train_model = wrap_for_training(model, cfg, rt)
+    probe = build_probe(cfg, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
-    watch = DivergenceWatch(tc.diverge_factor, tc.diverge_patience)
-    if state is not None:
-        watch.load_state(state["extra"])
-    tokens_per_step = tc.batch_size * cfg.data.seq_len
-    best_eval = state["extra"].get("best_eval", math.inf) if state is not None else math.inf
-    last: dict = dict(state["extra"].get("last", {})) if state is not None else {}
-    at_step: dict = {"step": None, "records": []}  # records logged at the latest step, for the checkpoint
-    window: list[tuple[int, torch.Tensor, torch.Tensor, float]] = []
-    window_start, excluded = time.perf_counter(), 0.0
-    step = start_step
-    bar = tqdm(total=tc.max_steps, initial=start_step, disable=not show_progress(cfg, rt), desc="train",
-               dynamic_ncols=True)
-    # settings the step loop reads, as plain values: each OmegaConf lookup costs microseconds of host time
-    max_steps, log_every, grad_clip = tc.max_steps, tc.log_every, tc.grad_clip
-    eval_every, ckpt_every = tc.eval_every, tc.ckpt_every
-    probe_every, maps_every, seed = cfg.probe.every, cfg.probe.maps_every, cfg.seed
+    window, progress = LogWindow(s.tokens_per_step, s.grad_clip), Progress(cfg, rt, st.step)
 
-    def log(metrics: dict, at: int) -> None:
-        last.update(metrics)
-        tracker.log(metrics, at)
-        if at_step["step"] != at:
-            at_step["step"], at_step["records"] = at, []
-        at_step["records"].append(metrics)
+    if resumed is not None and st.step < s.max_steps:
+        for record in resumed["extra"].get("records_at_step", []):
+            log(tracker, st, record, st.step)  # metrics.jsonl was cut at the checkpoint's step
+    if resumed is not None:
+        checkpoint.set_rng_state(resumed["rng"])  # last, after every set-up step that might draw numbers
 
-    def flush_window() -> None:
-        """One host sync per window: log each recorded step and check for divergence."""
-        nonlocal window, window_start, excluded
-        if not window:
-            return
-        values = torch.stack([torch.stack([loss, gn]) for _, loss, gn, _ in window]).float().tolist()  # the sync
-        elapsed = time.perf_counter() - window_start - excluded
-        rate = tokens_per_step * len(window) / max(elapsed, 1e-9)
-        clip_hits = 0
-        for (at, _, _, lr), (loss, gn) in zip(window, values):
-            clipped = grad_clip > 0 and gn > grad_clip
-            clip_hits += clipped
-            row = {"train/loss": loss, "grad/norm": gn, "train/lr": lr, "train/tokens": (at + 1) * tokens_per_step}
-            if at == window[-1][0]:
-                row.update({"train/tokens_per_s": rate, "train/grad_clip_frac": clip_hits / len(window)})
-            log(row, at)
-        for (at, *_), (loss, gn) in zip(window, values):
-            watch.check(at, loss, gn)  # after logging the window: a diverged run keeps every record it made
-        bar.set_postfix(loss=f"{values[-1][0]:.3f}")
-        window, window_start, excluded = [], time.perf_counter(), 0.0
-
-    def timed_aside(fn):
-        """Run work that is not training (eval, checkpoint) and keep it out of tokens/s."""
-        nonlocal excluded
-        t0 = time.perf_counter()
-        out = fn()
-        excluded += time.perf_counter() - t0
-        return out
-
-    def run_eval(at: int) -> None:
-        nonlocal best_eval
-        if not rt.is_main:
-            return
-        with rt.autocast():
-            metrics = evaluate(model, held_out, data.floor)
-        best_eval = min(best_eval, metrics["eval/loss_as_trained"])
-        log(metrics, at)
-
-    def save_checkpoint(at: int) -> None:
-        if rt.is_main:
-            # records already logged at this step (the evaluation before the save): metrics.jsonl is cut at
-            # `at` on resume, and the resumed loop does not log them again
-            logged_here = at_step["records"] if at_step["step"] == at else []
-            extra = {**watch.state(), "best_eval": best_eval, "max_steps": tc.max_steps,
-                     "last": _plain(last), "records_at_step": [_plain(r) for r in logged_here]}
-            checkpoint.save(ckpt_dir, step=at, model=model, optimizer=optimizer, scheduler=scheduler, extra=extra)
-
-    if state is not None and start_step < tc.max_steps:
-        for record in state["extra"].get("records_at_step", []):
-            log(record, start_step)
-    if state is not None:
-        checkpoint.set_rng_state(state["rng"])  # last, after every set-up step that might draw numbers
-
-    def loop() -> dict:
-        nonlocal step
-        status, error = "finished", None
-        started = time.perf_counter()
+    status, error, started = "finished", None, time.perf_counter()
+    try:
         try:
-            while step < max_steps:
-                if probe is not None and step % probe_every == 0:
-                    log(probe.measure(step), step)
-                if probe is not None and maps_every and step % maps_every == 0:
-                    # drawing the PNGs and handing them to W&B is not training: kept out of tokens/s
-                    timed_aside(lambda: tracker.log_images(probe.draw_maps(step), step))
-                x, y = data.batch(step, local_bs, seed, rt.rank, rt.world_size)
-                with rt.autocast():
-                    _, loss = train_model(x, y)
-                loss.backward()
-                gn = grad_norm(params)  # global, before clipping
-                if grad_clip > 0:
-                    torch.nn.utils.clip_grads_with_norm_(params, grad_clip, gn)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                window.append((step, _all_reduce_mean(loss.detach(), rt), gn.detach(), lr))
-                step += 1
-                bar.update(1)
-                eval_due = eval_every and step % eval_every == 0 and step < max_steps
-                ckpt_due = ckpt_every and step % ckpt_every == 0 and step < max_steps
-                # a checkpoint at step S must follow every record of steps < S and the divergence checks
-                if len(window) >= log_every or step == max_steps or eval_due or ckpt_due:
-                    flush_window()
-                if eval_due:
-                    timed_aside(lambda: run_eval(step))
-                if ckpt_due:
-                    timed_aside(lambda: save_checkpoint(step))
+            with StopRequest() as stop:
+                while st.step < s.max_steps:
+                    measure_probe(probe, tracker, st, s, window)
+                    x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
+                    window.add(st.step, *train_step(train_model, params, optimizer, scheduler, x, y, rt, s.grad_clip))
+                    st.step += 1
+                    progress.update()
+                    eval_due = s.eval_every and st.step % s.eval_every == 0 and st.step < s.max_steps
+                    ckpt_due = s.ckpt_every and st.step % s.ckpt_every == 0 and st.step < s.max_steps
+                    # a checkpoint at step S must follow every record of steps < S and the divergence checks
+                    at_sync = len(window) >= s.log_every or st.step == s.max_steps or eval_due or ckpt_due
+                    stopping = stop.agreed(rt, at_sync) and st.step < s.max_steps
+                    if at_sync or stopping:
+                        flush_window(window, tracker, st, progress)
+                    if eval_due and rt.is_main:
+                        with window.aside():
+                            evaluate_into(tracker, st, model, data, rt)
+                    if (ckpt_due or stopping) and rt.is_main:
+                        with window.aside():
+                            save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
+                    if stopping:
+                        status = "interrupted"
+                        break
         except Diverged as why:
             status, error = "diverged", str(why)
             if rt.is_main:
                 print(f"[andrea-exp] diverged: {why}", flush=True)
         finally:
-            bar.close()
-
-        summary = {"run/status": status, "run/steps": step, "run/wall_s": time.perf_counter() - started,
-                   "train/world_size": rt.world_size, "model/params": model.num_params(),
-                   "system/gpu": torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu",
-                   "system/torch": torch.__version__,
-                   "data/log_vocab": math.log(data.vocab_size)}
-        if error:
-            summary["run/error"] = error
+            progress.close()
+        summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: time.perf_counter() - started,
+                   **run_facts(rt, model, data.vocab_size), **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             if probe is not None:
-                log(probe.measure(step), step)
-            run_eval(step)
-            save_checkpoint(step)
-            prompt = held_out[:1, : min(8, held_out.size(1))]
-            with rt.autocast():
-                sample = generate(model.eval(), prompt, tc.sample_tokens, seed=cfg.seed)[0].tolist()
-            summary["eval/sample"] = " ".join(map(str, sample))
-        summary.update(last)
-        summary["best/eval/loss_as_trained"] = best_eval if math.isfinite(best_eval) else None
-        return summary
-
-    try:
-        summary = loop()
+                log(tracker, st, probe.measure(st.step), st.step)
+            evaluate_into(tracker, st, model, data, rt)
+            save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
+            summary[K.EVAL_SAMPLE] = sample_text(cfg, model, held_out, rt)
     except Exception as err:
-        tracker.finish({"run/status": "failed", "run/error": f"{type(err).__name__}: {err}", "run/steps": step,
-                        "train/world_size": rt.world_size, **last}, failed=True)
+        tracker.finish({K.RUN_STATUS: "failed", K.RUN_ERROR: f"{type(err).__name__}: {err}", K.RUN_STEPS: st.step,
+                        K.TRAIN_WORLD_SIZE: rt.world_size, **st.last}, failed=True)
         raise
+    summary.update(st.last)
+    summary[K.BEST_EVAL_LOSS] = st.best_eval if math.isfinite(st.best_eval) else None
     tracker.finish(summary)
+    if status == "interrupted":
+        raise Interrupted(stop.signum, summary)
     return summary

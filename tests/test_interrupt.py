@@ -1,0 +1,95 @@
+"""SIGINT / SIGTERM to a real run: the step ends, a checkpoint and an `interrupted` summary are written, the
+resume command is printed, the exit code is 128 + signal, and the printed command finishes the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from andrea_exp import checkpoint
+
+SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
+         "data.train_sequences=200", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=200",
+         "train.eval_every=0", "train.log_every=1", "probe.every=0", "train.progress=false", "train.sample_tokens=2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0", "WANDB_MODE": "disabled"}
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+def start_and_signal(run_dir: Path, signum: int) -> subprocess.CompletedProcess:
+    """Start a run, send `signum` once a few steps are logged, and wait for it to end on its own."""
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", *SMALL, f"hydra.run.dir={run_dir}"], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no training step logged in time"
+        time.sleep(0.02)
+    os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_ends_the_run_with_checkpoint_summary_and_resume_command(tmp_path, signum, code):
+    run_dir = tmp_path / "run"
+    done = start_and_signal(run_dir, signum)
+    assert done.returncode == code, done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = summary["run/steps"]
+    assert summary["run/status"] == "interrupted" and 3 <= steps < 200
+    assert checkpoint.load(run_dir / "checkpoints")["step"] == steps  # the checkpoint is at the last step taken
+    assert sorted(train_losses(run_dir)) == list(range(steps))  # every step taken is logged, once
+    lines = [line for line in done.stdout.splitlines() if "resume with:" in line]
+    assert len(lines) == 1 and f"interrupted by {signal.Signals(signum).name} at step {steps}" in lines[0]
+    assert lines[0].rstrip().endswith(f"train.resume=true hydra.run.dir={run_dir}")
+    assert "Traceback" not in done.stderr
+
+
+def test_the_printed_command_finishes_the_run_as_if_never_stopped(tmp_path):
+    run_dir, unbroken = tmp_path / "run", tmp_path / "unbroken"
+    done = start_and_signal(run_dir, signal.SIGINT)
+    command = done.stdout.split("resume with: ", 1)[1].splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[0] == "andrea-exp"
+    resumed = subprocess.run([sys.executable, "-m", "andrea_exp", *argv[1:]], env=ENV, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["run/status"] == "finished"
+    assert (run_dir / ".hydra" / "resume-1" / "overrides.yaml").is_file()  # the original .hydra/ kept as it was
+    reference = subprocess.run([sys.executable, "-m", "andrea_exp", *SMALL, f"hydra.run.dir={unbroken}"], env=ENV,
+                               capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert train_losses(run_dir) == train_losses(unbroken)  # bit for bit, every step once
+
+
+def test_an_interrupted_sweep_cell_is_reported_as_interrupted(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, "model.d_k=8,16",
+                             f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = sweep_dir / "0" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert json.loads((sweep_dir / "0" / "summary.json").read_text())["run/status"] == "interrupted"
+    table_row = [line for line in out.splitlines() if line.startswith("0 ")]
+    assert table_row and "interrupted" in table_row[0], out
+    assert not (sweep_dir / "1").exists()  # the sweep stops: the next cell is not started
