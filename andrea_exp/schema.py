@@ -23,16 +23,15 @@ from andrea_exp.attention import normalize_mask_fill, normalize_scale
 from andrea_exp.model import ATTN_IMPLS, QK_INITS
 
 
-def _find_conf_dir() -> Path:
-    """The configs shipped inside the package (a wheel) or, in a checkout, the top-level conf/."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parent / "conf"):
+def find_conf_dir(package_dir: Path) -> Path:
+    """The configs shipped inside the package (an installed wheel) or, in a checkout, the top-level conf/."""
+    for candidate in (package_dir / "conf", package_dir.parent / "conf"):
         if (candidate / "config.yaml").is_file():
             return candidate
-    return here.parent / "conf"  # Hydra then names the missing directory
+    return package_dir.parent / "conf"  # Hydra then names the missing directory
 
 
-CONF_DIR = _find_conf_dir()
+CONF_DIR = find_conf_dir(Path(__file__).resolve().parent)
 
 LOGGER_MODES = ("auto", "online", "offline", "disabled")
 DATA_SOURCES = ("markov", "text", "tokens")
