@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from andrea_exp import devices, sweep, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
 from andrea_exp.rundir import read_summary, write_summary
+from andrea_exp.schema import CONF_DIR
 
 devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
 
@@ -161,8 +162,6 @@ def _is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-# conf/ sits beside the package in the checkout (installed with `pip install -e .`)
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run_job)
 
 

@@ -5,52 +5,16 @@ from __future__ import annotations
 import contextlib
 import difflib
 import io
-import math
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from andrea_exp.attention import normalize_mask_fill, normalize_scale
-from andrea_exp.model import ATTN_IMPLS, QK_INITS
+from andrea_exp import schema
+from andrea_exp.schema import ConfigError  # noqa: F401  (re-exported: the error every module raises)
 
-LOGGER_MODES = ("auto", "online", "offline", "disabled")
-DATA_SOURCES = ("markov", "text")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-PROGRESS = ("auto", True, False)
 _ABSENT = object()
-
-
-class ConfigError(ValueError):
-    """A bad setting; its message is the one line the user sees."""
-
-
-def _positive_int(cfg, key: str, minimum: int = 1) -> None:
-    value = cfg_get(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key} must be an integer >= {minimum}; got {value!r}")
-
-
-def _finite(cfg, key: str, low: float | None = None, low_inclusive=True, high: float | None = None) -> None:
-    value = cfg_get(cfg, key)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value >= low if low_inclusive else value > low
-    if ok and high is not None:
-        ok = value <= high
-    if not ok:
-        bounds = []
-        if low is not None:
-            bounds.append(f"{'>=' if low_inclusive else '>'} {low:g}")
-        if high is not None:
-            bounds.append(f"<= {high:g}")
-        raise ConfigError(f"{key} must be a finite number {' and '.join(bounds)}; got {value!r}".replace("  ", " "))
-
-
-def _choice(cfg, key: str, allowed) -> None:
-    value = cfg_get(cfg, key)
-    if value not in allowed:
-        raise ConfigError(f"{key} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+_WARMUP_DEFAULT_FILE = "train/default.yaml"
 
 
 def cfg_get(cfg, dotted: str):
@@ -62,75 +26,118 @@ def cfg_get(cfg, dotted: str):
 
 
 def validate(cfg: DictConfig) -> None:
-    """Raise ConfigError on the first bad setting."""
-    for key in ("model.d_model", "model.n_layer", "model.n_head", "model.d_k", "model.d_v", "model.block_size",
-                "model.mlp_ratio", "data.seq_len", "train.batch_size", "data.train_sequences", "data.eval_sequences"):
-        _positive_int(cfg, key)
-    for key in ("train.max_steps", "train.warmup_steps", "train.eval_every", "train.ckpt_every", "probe.every",
-                "probe.maps_every", "train.sample_tokens", "seed"):
-        _positive_int(cfg, key, minimum=0)
-    _positive_int(cfg, "train.log_every")
-    _positive_int(cfg, "probe.maps_heads")
-    _positive_int(cfg, "train.diverge_patience")
-    _positive_int(cfg, "probe.batch_size")
-    _finite(cfg, "train.lr", low=0, low_inclusive=False)
-    _finite(cfg, "train.min_lr_ratio", low=0, high=1)
-    _finite(cfg, "train.weight_decay", low=0)
-    _finite(cfg, "train.grad_clip", low=0)
-    _finite(cfg, "train.diverge_factor", low=1, low_inclusive=False)
-    _finite(cfg, "model.dropout", low=0, high=1)
-    for key in ("train.beta1", "train.beta2"):
-        _finite(cfg, key, low=0, high=0.999999)
-    try:
-        normalize_scale(cfg.model.scale)
-        normalize_mask_fill(cfg.model.mask_fill)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    _choice(cfg, "model.qk_init", QK_INITS)
-    _choice(cfg, "model.attn_impl", ATTN_IMPLS)
-    _choice(cfg, "model.causal", (True, False))
-    _choice(cfg, "model.qk_layernorm", (True, False))
-    _choice(cfg, "train.precision", PRECISIONS)
-    _choice(cfg, "train.resume", (True, False))
-    _choice(cfg, "train.compile", (True, False))
-    _choice(cfg, "train.progress", PROGRESS)
-    _choice(cfg, "probe.per_head", (True, False))
-    _choice(cfg, "logger.mode", LOGGER_MODES)
-    _choice(cfg, "data.name", DATA_SOURCES)
-    device = str(cfg.train.device)
-    if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N; got {device!r}")
+    """Raise ConfigError on the first bad setting: unknown keys, each field's rule, then rules across fields."""
+    _refuse_unknown_keys(cfg)
+    schema.SETTINGS["data.name"].metadata["rule"].check("data.name", cfg_get(cfg, "data.name"))
+    source = cfg.data.name
+    for key, spec in schema.SETTINGS.items():
+        sources = spec.metadata["sources"]
+        if sources is not None:
+            value = None if OmegaConf.is_missing(cfg, key) else OmegaConf.select(cfg, key)
+            if source not in sources:
+                if value is not None:
+                    readers = " or ".join(f"data={s}" for s in sources)
+                    raise ConfigError(f"{key} is read only by {readers}; got {key}={value!r} with data={source}")
+                continue
+            if value is None and key == "data.path":
+                continue  # the disk checks below say what is wanted
+        else:
+            value = cfg_get(cfg, key)
+            if value is None and spec.metadata["optional"]:
+                continue
+        spec.metadata["rule"].check(key, value)
+    _check_across_fields(cfg, source)
+
+
+def _check_across_fields(cfg: DictConfig, source: str) -> None:
     if cfg.data.train_sequences < cfg.train.batch_size:
         raise ConfigError(f"data.train_sequences ({cfg.data.train_sequences}) must be >= train.batch_size "
                           f"({cfg.train.batch_size})")
     if cfg.data.seq_len > cfg.model.block_size:
         raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) must be <= model.block_size ({cfg.model.block_size})")
-    if cfg.data.name == "markov":
-        for key in ("data.vocab_size", "data.order", "data.branching"):
-            _positive_int(cfg, key)
-        _positive_int(cfg, "data.table_seed", minimum=0)
-        _finite(cfg, "data.concentration", low=0, low_inclusive=False)
-        if cfg.data.vocab_size ** cfg.data.order > 2_000_000:
-            raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
-                              f"got {cfg.data.vocab_size}**{cfg.data.order}")
-    else:
-        path = None if OmegaConf.is_missing(cfg.data, "path") else cfg.data.get("path")
-        if path in (None, "", "???"):
-            raise ConfigError("data.path must name a text file when data=text; got nothing")
-        file = Path(str(path)).expanduser()
-        if not file.exists():
-            raise ConfigError(f"data.path must name an existing text file; {str(file)!r} does not exist")
+    _check_warmup(cfg.train)
+    if source == "markov" and cfg.data.vocab_size ** cfg.data.order > 2_000_000:
+        raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
+                          f"got {cfg.data.vocab_size}**{cfg.data.order}")
+    if source == "text":
+        _check_text_file(cfg.data.path, cfg.data.seq_len)
+    if source == "tokens":
+        _check_token_dir(cfg.data.path, cfg.data.seq_len, cfg.data.vocab_size)
+    vocab = cfg.model.vocab_size
+    data_vocab = 256 if source == "text" else cfg.data.vocab_size
+    if vocab is not None and vocab < data_vocab:
+        raise ConfigError(f"model.vocab_size must be null or >= the data's {data_vocab} tokens; got {vocab}")
+
+
+def _check_warmup(train) -> None:
+    """A warmup longer than the run never reaches train.lr. The shipped default (50 steps) is left alone so
+    that short smoke runs (train.max_steps=5) work; a warmup someone chose is held to the run's length."""
+    default = OmegaConf.load(schema.CONF_DIR / _WARMUP_DEFAULT_FILE).get("warmup_steps")
+    if train.max_steps > 0 and train.warmup_steps > train.max_steps and train.warmup_steps != default:
+        raise ConfigError(f"train.warmup_steps ({train.warmup_steps}) must be <= train.max_steps "
+                          f"({train.max_steps}): the learning rate would never reach train.lr")
+
+
+def _check_text_file(path, seq_len: int) -> None:
+    if path in (None, ""):
+        raise ConfigError("data.path must name a text file when data=text; got nothing")
+    file = Path(str(path)).expanduser()
+    if not file.exists():
+        raise ConfigError(f"data.path must name an existing text file; {str(file)!r} does not exist")
+    if not file.is_file():
+        raise ConfigError(f"data.path must name a text file; {str(file)!r} is not a file")
+    if file.stat().st_size < 2 * (seq_len + 2):
+        raise ConfigError(f"data.path must hold at least {2 * (seq_len + 2)} bytes for "
+                          f"data.seq_len={seq_len}; {str(file)!r} has {file.stat().st_size}")
+
+
+TOKEN_FILES = ("train.bin", "val.bin")  # uint16 token ids, as nanoGPT's prepare scripts write them
+
+
+def _check_token_dir(path, seq_len: int, vocab_size: int) -> None:
+    if path in (None, ""):
+        raise ConfigError("data.path must name a directory with train.bin and val.bin when data=tokens; got nothing")
+    folder = Path(str(path)).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"data.path must name a directory with train.bin and val.bin; {str(folder)!r} is not one")
+    for name in TOKEN_FILES:
+        file = folder / name
         if not file.is_file():
-            raise ConfigError(f"data.path must name a text file; {str(file)!r} is not a file")
-        if file.stat().st_size < 2 * (cfg.data.seq_len + 2):
-            raise ConfigError(f"data.path must hold at least {2 * (cfg.data.seq_len + 2)} bytes for "
-                              f"data.seq_len={cfg.data.seq_len}; {str(file)!r} has {file.stat().st_size}")
-    vocab = cfg.model.get("vocab_size")
-    if vocab is not None:
-        _positive_int(cfg, "model.vocab_size")
-        data_vocab = cfg.data.vocab_size if cfg.data.name == "markov" else 256
-        if vocab < data_vocab:
-            raise ConfigError(f"model.vocab_size must be null or >= the data's {data_vocab} tokens; got {vocab}")
+            raise ConfigError(f"data.path must hold train.bin and val.bin (uint16 tokens); {str(file)!r} is missing")
+        if file.stat().st_size < 2 * (seq_len + 1):
+            raise ConfigError(f"data.path's {name} must hold at least {seq_len + 1} uint16 tokens for "
+                              f"data.seq_len={seq_len}; it has {file.stat().st_size // 2}")
+    if vocab_size > 2 ** 16:
+        raise ConfigError(f"data.vocab_size must be <= 65536 for uint16 token files; got {vocab_size}")
+
+
+def _refuse_unknown_keys(cfg: DictConfig) -> None:
+    """A key the schema lacks (Hydra lets `+group.key=...` add one) is a typo or a setting nobody reads."""
+    for name in cfg:
+        if name == "hydra":
+            continue
+        if name in schema.GROUPS:
+            node = cfg[name]
+            if isinstance(node, DictConfig):
+                for leaf in node:
+                    if f"{name}.{leaf}" not in schema.SETTINGS:
+                        raise ConfigError(not_a_setting(f"{name}.{leaf}", cfg))
+        elif name not in schema.SETTINGS:
+            raise ConfigError(not_a_setting(str(name), cfg))
+
+
+def not_a_setting(key: str, cfg: DictConfig) -> str:
+    """`KEY is not a setting; did you mean ...? GROUP has: ...` against the settings the schema knows."""
+    parent, _, leaf = key.rpartition(".")
+    while parent and not isinstance(OmegaConf.select(cfg, parent, default=None), DictConfig):
+        parent, _, leaf = parent.rpartition(".")  # climb to the deepest part that exists
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    known = set(schema.SETTINGS) | set(schema.GROUPS) if parent in schema.GROUPS or not parent else None
+    where = f"{parent}." if parent else ""
+    names = [name for name in node if (parent or name != "hydra") and (known is None or f"{where}{name}" in known)]
+    close = difflib.get_close_matches(leaf, names, n=1)
+    hint = f"did you mean {where}{close[0]}? " if close else ""
+    return f"{key} is not a setting; {hint}{parent or 'the top level'} has: {', '.join(names)}"
 
 
 def validate_device(cfg: DictConfig) -> None:
@@ -152,10 +159,12 @@ _SHOWN_BY_HYDRA = ("Set the environment variable HYDRA_FULL_ERROR", "To append t
 
 
 def command_line_error(argv: list[str], config_dir: Path, config_name: str = "config") -> str | None:
-    """One line for a command line Hydra would reject, or whose single run has a bad setting; None when fine.
+    """One line for a command line Hydra would reject, or with a bad setting in any run it starts; None when fine.
 
     Hydra reports an unknown key or group option in several lines; this names the setting and what is
-    allowed. Every value of a sweep is composed once (not every combination). Flags other than -m are
+    allowed. A sweep is checked before its first cell runs: every value of every axis (the command line's
+    and an experiment's hydra.sweeper.params) is composed once with the other axes' first values and
+    validated, so a bad value is named before any work (not every combination). Flags other than -m are
     left to Hydra.
     """
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
@@ -163,44 +172,78 @@ def command_line_error(argv: list[str], config_dir: Path, config_name: str = "co
     if any(arg.startswith("-") for arg in overrides):
         return None
     from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+    from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
+    with contextlib.redirect_stderr(io.StringIO()), initialize_config_dir(str(config_dir), version_base="1.3"):
+        compose_cell = lambda cell, hydra=False: compose(config_name, overrides=cell, return_hydra_config=hydra)
+        try:
+            fixed, axes = _split_sweep(overrides)
+            if multirun:
+                axes += _experiment_axes(compose_cell(fixed, hydra=True), fixed, axes)
+        except _OverrideError as err:
+            return str(err)
+        except MissingConfigException as err:
+            return _missing_choice(err)
+        except (HydraException, OmegaConfBaseException) as err:
+            return _composition_error(err, fixed, lambda rest: compose_cell(rest, hydra=True))
+        for cell, swept in _cells(fixed, axes):
+            where = f" (sweep value {swept})" if swept else ""
+            try:
+                cfg = compose_cell(cell)
+            except MissingConfigException as err:
+                return _missing_choice(err)
+            except (HydraException, OmegaConfBaseException) as err:
+                return _composition_error(err, cell, lambda rest: compose_cell(rest, hydra=True))
+            try:
+                validate(cfg)
+                if not multirun:  # a sweep's launcher picks each cell's GPU
+                    validate_device(cfg)
+            except ConfigError as err:
+                return f"{err}{where}"
+    return None
+
+
+class _OverrideError(ValueError):
+    pass
+
+
+def _split_sweep(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The fixed overrides, and each discrete sweep axis as its list of `key=value` overrides."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
     parser = OverridesParser.create()
-    fixed, swept = [], []
+    fixed, axes = [], []
     for line in overrides:
         try:
             (parsed,) = parser.parse_overrides([line])
         except OverrideParseException as err:
-            return (f"cannot read the override {line!r}: {_first_line(err)} "
-                    "(grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)")
+            raise _OverrideError(f"cannot read the override {line!r}: {_first_line(err)} "
+                                 "(grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)") from None
         if not parsed.is_sweep_override():
             fixed.append(line)
         elif parsed.is_discrete_sweep():
-            swept.append([f"{parsed.get_key_element()}={value}" for value in parsed.sweep_string_iterator()])
+            axes.append([f"{parsed.get_key_element()}={value}" for value in parsed.sweep_string_iterator()])
         # other sweeps (intervals) are a sweeper plugin's parameters, not settings of one run
-    firsts = [values[0] for values in swept]
-    cells = [fixed + firsts]
-    for i, values in enumerate(swept):
-        cells += [fixed + firsts[:i] + [value] + firsts[i + 1:] for value in values[1:]]
+    return fixed, axes
 
-    with contextlib.redirect_stderr(io.StringIO()), initialize_config_dir(str(config_dir), version_base="1.3"):
-        for cell in cells:
-            try:
-                cfg = compose(config_name, overrides=cell)
-            except MissingConfigException as err:
-                return _missing_choice(err)
-            except (HydraException, OmegaConfBaseException) as err:
-                return _composition_error(err, cell, lambda rest: compose(config_name, overrides=rest,
-                                                                           return_hydra_config=True))
-    if not multirun:  # a sweep records a bad cell as failed and goes on with the others
-        try:
-            validate(cfg)
-            validate_device(cfg)
-        except ConfigError as err:
-            return str(err)
-    return None
+
+def _experiment_axes(hydra_cfg: DictConfig, fixed: list[str], axes: list[list[str]]) -> list[list[str]]:
+    """hydra.sweeper.params (an experiment's grid) as axes; a key the command line sets itself wins."""
+    params = OmegaConf.select(hydra_cfg, "hydra.sweeper.params", default=None) or {}
+    given = {line.split("=", 1)[0].lstrip("+~") for line in fixed} | {axis[0].split("=", 1)[0] for axis in axes}
+    lines = [f"{key}={value}" for key, value in params.items() if key not in given]
+    return _split_sweep(lines)[1] + [[line] for line in _split_sweep(lines)[0]]
+
+
+def _cells(fixed: list[str], axes: list[list[str]]):
+    """(overrides, the swept value that made the cell or None): all first values, then each other value once."""
+    firsts = [values[0] for values in axes]
+    yield fixed + firsts, None
+    for i, values in enumerate(axes):
+        for value in values[1:]:
+            yield fixed + firsts[:i] + [value] + firsts[i + 1:], value
 
 
 def _first_line(err: Exception) -> str:
@@ -217,27 +260,27 @@ def _missing_choice(err) -> str:
 
 
 def _composition_error(err: Exception, cell: list[str], compose_without) -> str:
-    """Name the unknown key and the keys that exist beside it; otherwise Hydra's message in one line."""
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+    """Name the unknown key and the keys that exist beside it, or the rule a typed value broke; otherwise
+    Hydra's message in one line."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
+    cause = err.__cause__
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, ValidationError) and key in schema.SETTINGS:
+        try:  # the schema's type refused the value: say what the rule allows
+            schema.SETTINGS[key].metadata["rule"].check(key, cause.value)
+        except ConfigError as rule_error:
+            return str(rule_error)
     found = re.search(r"Could not override '([^']+)'", str(err))
-    if found and isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)):
+    if found and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         key = found.group(1)
         rest = [line for line in cell if not line.lstrip("+~").startswith(key + "=")]
         try:
             base = compose_without(rest)
         except Exception:  # another bad override among the rest: the key alone is still worth naming
             return f"{key} is not a setting"
-        parent, _, leaf = key.rpartition(".")
-        while parent and not isinstance(OmegaConf.select(base, parent, default=None), DictConfig):
-            parent, _, leaf = parent.rpartition(".")  # climb to the deepest part that exists
-        node = OmegaConf.select(base, parent) if parent else base
-        names = [name for name in node if parent or name != "hydra"]
-        where = f"{parent}." if parent else ""
-        close = difflib.get_close_matches(leaf, names, n=1)
-        hint = f"did you mean {where}{close[0]}? " if close else ""
-        return f"{key} is not a setting; {hint}{parent or 'the top level'} has: {', '.join(names)}"
+        return not_a_setting(key, base)
     lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.startswith(_SHOWN_BY_HYDRA)]
-    if err.__cause__ is not None and isinstance(err.__cause__, Exception):
-        lines.append(_first_line(err.__cause__))
+    if cause is not None and isinstance(cause, Exception):
+        lines.append(_first_line(cause))
     return " ".join(dict.fromkeys(lines)) or type(err).__name__

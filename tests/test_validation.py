@@ -64,6 +64,22 @@ BAD = [
     (["+model.d_k=3"], "model.d_k", "remove + prefix"),
     (["-m", "model.dk=16,32"], "model.dk", "did you mean model.d_k?"),  # an unknown key in a sweep
     (["-m", "data=markov,imagenet"], "data", "markov, text"),  # every value of a sweep is composed
+    # the schema refuses keys nobody reads, added with + too
+    (["+train.anything=1"], "train.anything", "train has: max_steps"),
+    (["+model.extra_note=1"], "model.extra_note", "model has: name, d_model"),
+    (["+seeed=1"], "seeed", "did you mean seed?"),
+    (["data.path=/tmp/corpus.txt"], "data.path", "read only by data=text or data=tokens"),
+    (["data=text", "data.order=3"], "data.order", "read only by data=markov"),
+    (["train.warmup_steps=100", "train.max_steps=50"], "train.warmup_steps (100)", "<= train.max_steps (50)"),
+    (["data=tokens"], "data.path", "directory with train.bin and val.bin"),
+    (["data=tokens", "data.path=/no/such/dir"], "data.path", "is not one"),
+    (["probe.dead_jac=-1"], "probe.dead_jac", "finite number >= 0"),
+    (["train.keep_checkpoints=-1"], "train.keep_checkpoints", "integer >= 0"),
+    # a sweep is checked cell by cell before its first cell runs, naming the bad value
+    (["-m", "model.d_k=16,0"], "model.d_k", "got 0 (sweep value model.d_k=0)"),
+    (["-m", "model.d_k=16,32", "train.lr=1e-3,nan"], "train.lr", "(sweep value train.lr=nan)"),
+    (["-m", "experiment=claims_grid", "model.scale=true,bad"], "model.scale", "sweep value model.scale=bad"),
+    (["-m", "experiment=lr_sensitivity", "train.max_steps=50"], "train.warmup_steps", "<= train.max_steps (50)"),
 ]
 
 
@@ -100,7 +116,9 @@ def test_a_cuda_device_on_a_machine_without_one_is_refused():
 @pytest.mark.parametrize("overrides", [
     [], ["model.mask_fill=-1e9"], ["model.scale=false"], ["model.scale=inv"], ["train.grad_clip=0"],
     ["model.d_k=512", "model.d_v=8"], ["train.lr=1e4"], ["-m", "model.d_k=16,64", "model.scale=true,false"],
-    ["experiment=claims_grid"], ["+model.extra_note=1"], ["hydra.run.dir=/tmp/x"], ["train.device=cpu"],
+    ["experiment=claims_grid"], ["hydra.run.dir=/tmp/x"], ["train.device=cpu"], ["train.max_steps=5"],
+    ["experiment=scaling_at_init"], ["-m", "experiment=claims_grid"], ["-m", "experiment=extras"],
+    ["train.warmup_steps=20", "train.max_steps=20"], ["probe.dead_jac=1e-2", "probe.dense_until=100"],
 ])
 def test_good_settings_pass(overrides):
     assert command_line_error(overrides, CONF_DIR) is None
@@ -112,9 +130,22 @@ def test_good_text_file_passes(tmp_path):
     assert command_line_error(["data=text", f"data.path={corpus}"], CONF_DIR) is None
 
 
-def test_a_bad_value_in_one_sweep_cell_is_left_to_that_cell():
-    # a sweep records the bad cell as failed and runs the others, so the command line itself is accepted
-    assert command_line_error(["-m", "model.d_k=16,0"], CONF_DIR) is None
+def test_good_token_directory_passes_and_a_short_one_is_refused(tmp_path):
+    import numpy as np
+
+    for name in ("train.bin", "val.bin"):
+        np.arange(200, dtype=np.uint16).tofile(tmp_path / name)
+    assert command_line_error(["data=tokens", f"data.path={tmp_path}", "data.vocab_size=300"], CONF_DIR) is None
+    np.arange(10, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    message = one_line(command_line_error(["data=tokens", f"data.path={tmp_path}"], CONF_DIR))
+    assert message == "data.path's val.bin must hold at least 65 uint16 tokens for data.seq_len=64; it has 10"
+
+
+def test_a_combination_that_only_fails_together_is_left_to_its_cell():
+    # each value is composed with the other axes' first values, not every combination: seq_len 128 fits
+    # block_size 128 and seq_len 32 fits 64, but the cell (seq_len 128, block_size 64) is left to run and fail
+    line = ["-m", "data.seq_len=32,128", "model.block_size=128,64"]
+    assert command_line_error(line, CONF_DIR) is None
 
 
 def test_flags_are_left_to_hydra():
@@ -123,14 +154,15 @@ def test_flags_are_left_to_hydra():
 
 # the whole command: one line on stderr, a non-zero exit, no traceback, no run directory
 END_TO_END = [["model.dk=64"], ["data=imagenet"], ["train.lr=nan"], ["data=text", "data.path=/no/such/file.txt"],
-              ["model.mask_fill=-5"]]
+              ["model.mask_fill=-5"], ["+train.anything=1"], ["-m", "model.d_k=16,0"]]
 
 
 @pytest.mark.parametrize("overrides", END_TO_END, ids=[" ".join(o) for o in END_TO_END])
 def test_command_line_fails_in_one_line_before_any_run(overrides, tmp_path):
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    done = subprocess.run([sys.executable, "-m", "andrea_exp", *overrides, f"hydra.run.dir={run_dir}"],
+    done = subprocess.run([sys.executable, "-m", "andrea_exp", *overrides, f"hydra.run.dir={run_dir}",
+                           f"hydra.sweep.dir={run_dir}"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
