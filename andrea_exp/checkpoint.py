@@ -129,15 +129,11 @@ def _flatten(node: dict, prefix: str = "") -> dict:
     return out
 
 
-# operational settings newer than schema.py's list (to move there): they change nothing a run measures
-_ALSO_OPERATIONAL = ("train.keep_checkpoints", "train.progress_every")
-
-
 def scientific_settings(cfg) -> dict:
     """The resolved config flattened to dotted keys, scientific settings only (`schema.is_scientific`)."""
     flat = _flatten(OmegaConf.to_container(cfg, resolve=True))
     return {key: value for key, value in sorted(flat.items())
-            if is_scientific(key) and key not in _ALSO_OPERATIONAL}
+            if is_scientific(key)}
 
 
 def check_settings(saved: dict | None, current: dict, path: Path) -> None:

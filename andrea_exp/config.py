@@ -25,6 +25,10 @@ def cfg_get(cfg, dotted: str):
     return value
 
 
+FP16_REFUSED = ("train.precision=fp16 is refused: float16 autocast needs loss scaling, which this loop does not "
+                "do; use bf16 (same speed on Ampere and later GPUs) or fp32")
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError on the first bad setting: unknown keys, each field's rule, then rules across fields."""
     _refuse_unknown_keys(cfg)
@@ -50,7 +54,9 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _check_across_fields(cfg: DictConfig, source: str) -> None:
-    if cfg.data.train_sequences < cfg.train.batch_size:
+    if cfg.train.precision == "fp16":
+        raise ConfigError(FP16_REFUSED)
+    if cfg.data.train_sequences is not None and cfg.data.train_sequences < cfg.train.batch_size:
         raise ConfigError(f"data.train_sequences ({cfg.data.train_sequences}) must be >= train.batch_size "
                           f"({cfg.train.batch_size})")
     if cfg.data.seq_len > cfg.model.block_size:

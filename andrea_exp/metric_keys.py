@@ -71,6 +71,9 @@ MODEL_PARAMS = "model/params"
 DATA_LOG_VOCAB = "data/log_vocab"
 SYSTEM_GPU = "system/gpu"
 SYSTEM_TORCH = "system/torch"
+SYSTEM_CUDA = "system/cuda"
+RUN_GIT_COMMIT = "run/git_commit"
+RUN_GIT_DIRTY = "run/git_dirty"
 
 RUN_STATUSES = ("finished", "diverged", "failed", "interrupted")
 
@@ -124,6 +127,9 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(DATA_LOG_VOCAB, "log of the vocabulary size: the loss of a uniform guess"),
     _m(SYSTEM_GPU, "GPU name, or cpu"),
     _m(SYSTEM_TORCH, "torch version"),
+    _m(SYSTEM_CUDA, "CUDA version torch was built with (null on a CPU build)"),
+    _m(RUN_GIT_COMMIT, "git commit of the code that ran (null outside a git checkout)"),
+    _m(RUN_GIT_DIRTY, "whether that checkout had uncommitted changes"),
     _m(EVAL_SAMPLE, "tokens generated from a held-out prompt at the end"),
     _m(BEST_EVAL_LOSS, "lowest eval/loss_as_trained seen"),
 )

@@ -19,8 +19,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig
 
-from andrea_exp.attention import normalize_mask_fill, normalize_scale
-from andrea_exp.model import ATTN_IMPLS, QK_INITS
+from andrea_exp.attention import SDPA_BACKENDS, normalize_mask_fill, normalize_scale
+from andrea_exp.model import ATTN_IMPLS, LOSS_IMPLS, QK_INITS
 
 
 def find_conf_dir(package_dir: Path) -> Path:
@@ -151,6 +151,11 @@ class ModelSchema:
     mlp_ratio: int = setting(Integer(1))
     dropout: float = setting(Finite(low=0, high=1))
     vocab_size: int | None = setting(Integer(1), optional=True)  # null: the data's
+    # how the same model is computed, not what it is: kernels and fusions that leave the results unchanged
+    sdpa_backend: str = setting(Choice(("auto", *SDPA_BACKENDS)), operational=True)
+    fused_qkv: bool = setting(Choice(BOOLS), operational=True)
+    loss_impl: str = setting(Choice(LOSS_IMPLS), operational=True)
+    loss_chunk_rows: int = setting(Integer(1), operational=True)
 
 
 @dataclass
@@ -158,7 +163,7 @@ class DataSchema:
     """One schema for every source; a source-specific field is null for the sources that do not read it."""
     name: str = setting(Choice(DATA_SOURCES))
     seq_len: int = setting(Integer(1))
-    train_sequences: int = setting(Integer(1))
+    train_sequences: int | None = setting(Integer(1), optional=True)  # null (data=tokens): every window
     eval_sequences: int = setting(Integer(1))
     vocab_size: int | None = setting(Integer(1), sources=("markov", "text", "tokens"))
     order: int | None = setting(Integer(1), sources=("markov",))

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from andrea_exp import checkpoint
 from andrea_exp import metric_keys as K
-from andrea_exp.config import ConfigError
+from andrea_exp.config import FP16_REFUSED, ConfigError
 from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate, generate
 from andrea_exp.model import Andrea, ModelConfig
@@ -43,7 +43,6 @@ from andrea_exp.tracking import Tracker
 
 MODEL_FIELDS = set(ModelConfig.__dataclass_fields__)
 # summary keys not (yet) in metric_keys.py
-RUN_GIT_COMMIT, RUN_GIT_DIRTY, SYSTEM_CUDA = "run/git_commit", "run/git_dirty", "system/cuda"
 
 
 class Diverged(Exception):
@@ -85,8 +84,7 @@ def setup_runtime(cfg) -> Runtime:
     rank = int(os.environ.get("RANK", "0"))
     precision = cfg.train.precision
     if precision == "fp16":
-        raise ConfigError("train.precision=fp16 is refused: float16 autocast needs loss scaling, which this loop "
-                          "does not do; use bf16 (same speed on Ampere and later GPUs) or fp32")
+        raise ConfigError(FP16_REFUSED)
     wanted = str(cfg.train.device)
     if wanted == "auto":
         wanted = "cuda" if torch.cuda.is_available() else "cpu"
@@ -460,13 +458,13 @@ def git_facts(here: Path = PACKAGE_DIR) -> dict:
 
     commit = git("rev-parse", "HEAD")
     dirty = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {RUN_GIT_COMMIT: commit, RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
+    return {K.RUN_GIT_COMMIT: commit, K.RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
 
 
 def run_facts(rt: Runtime, model: Andrea, vocab_size: int) -> dict:
     gpu = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     return {K.TRAIN_WORLD_SIZE: rt.world_size, K.MODEL_PARAMS: model.num_params(), K.SYSTEM_GPU: gpu,
-            K.SYSTEM_TORCH: torch.__version__, SYSTEM_CUDA: torch.version.cuda,
+            K.SYSTEM_TORCH: torch.__version__, K.SYSTEM_CUDA: torch.version.cuda,
             K.DATA_LOG_VOCAB: math.log(vocab_size), **git_facts()}
 
 

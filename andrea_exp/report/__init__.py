@@ -9,6 +9,7 @@ learning-rate sensitivity; markdown.py writes DIR/report.md, figures.py DIR/figu
 
 from pathlib import Path
 
+from andrea_exp.schema import CONF_DIR  # noqa: F401  (the Hydra configs the runs were composed from)
+
 REPO_DIR = Path(__file__).resolve().parent.parent.parent
-CONF_DIR = REPO_DIR / "conf"  # the Hydra configs the runs were composed from (presets, default LR)
 CLAIMS_FILE = REPO_DIR / "experiments" / "CLAIMS.md"  # what each claim says; the report links to it
