@@ -63,9 +63,13 @@ def test_local_gpus_runs_cells_in_parallel_workers(tmp_path):
 
 @pytest.mark.slow
 def test_slurm_path_through_submitits_local_executor(tmp_path):
-    proc, sweep_dir = multirun(tmp_path, "hydra/launcher=slurm_local", "model.d_k=8,0", *SMALL)
-    assert proc.returncode == 1  # cell 1 is bad; the exit code says so after both ran
-    assert "2 cells, 1 failed" in proc.stdout and "cell 1 failed: model.d_k must be an integer >= 1" in proc.stdout
+    # cell 1 fails when it runs: its checkpoints/ is taken by a file, so the final save raises
+    blocked = tmp_path / "sweeps" / "grid" / "1" / "checkpoints"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("not a directory")
+    proc, sweep_dir = multirun(tmp_path, "hydra/launcher=slurm_local", "model.d_k=8,16", *SMALL)
+    assert proc.returncode == 1  # cell 1 failed; the exit code says so after both ran
+    assert "2 cells, 1 failed" in proc.stdout and "cell 1 failed:" in proc.stdout
     assert json.loads((sweep_dir / "0" / "summary.json").read_text())["run/status"] == "finished"
     assert read_run(next((sweep_dir / "0" / "wandb").glob("offline-run-*")))["state"] == "finished"
     assert any(p.name.endswith("_log.out") for p in (sweep_dir / ".submitit").rglob("*"))  # submitit ran it

@@ -94,18 +94,32 @@ def test_four_cell_multirun_logs_one_group_four_names_and_the_contract_keys(tmp_
     assert "model.d_k=16 model.causal=false  finished" in table
 
 
+# A pair of values that is only bad together: each value passes the check before the sweep starts (every value
+# is composed with the other axes' first values), so the bad combination is found when its cell runs.
+BAD_PAIR = ["data.seq_len=16,64", "model.block_size=64,32"]  # cell 3: seq_len 64 > block_size 32
+
+
 @pytest.mark.slow
 def test_a_bad_cell_fails_alone_and_the_exit_code_says_so(tmp_path):
-    proc, sweep_dir = multirun(tmp_path, "model.d_k=16,0,32", *TINY)
+    tiny = [o for o in TINY if not o.startswith("data.seq_len=")]
+    proc, sweep_dir = multirun(tmp_path, *BAD_PAIR, *tiny)
     assert proc.returncode == 1
-    assert "3 cells, 1 failed" in proc.stdout
-    assert "cell 1 failed: model.d_k must be an integer >= 1; got 0" in proc.stdout
-    for good in ("0", "2"):
+    assert "4 cells, 1 failed" in proc.stdout
+    assert "cell 3 failed: data.seq_len (64) must be <= model.block_size (32)" in proc.stdout
+    for good in ("0", "1", "2"):
         assert json.loads((sweep_dir / good / "summary.json").read_text())["run/status"] == "finished"
         run = read_run(next((sweep_dir / good / "wandb").glob("offline-run-*")))
         assert run["state"] == "finished"
-    assert json.loads((sweep_dir / "1" / "summary.json").read_text())["run/status"] == "failed"
-    assert not (sweep_dir / "1" / "wandb").exists()  # rejected before any run was opened
+    assert json.loads((sweep_dir / "3" / "summary.json").read_text())["run/status"] == "failed"
+    assert not (sweep_dir / "3" / "wandb").exists()  # rejected before any run was opened
+
+
+@pytest.mark.slow
+def test_a_bad_swept_value_stops_the_sweep_before_any_cell(tmp_path):
+    proc, sweep_dir = multirun(tmp_path, "model.d_k=16,0,32", *TINY)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: model.d_k must be an integer >= 1; got 0 (sweep value model.d_k=0)"
+    assert not sweep_dir.exists()
 
 
 @pytest.mark.slow
@@ -126,8 +140,8 @@ def test_a_cell_that_raises_while_training_is_failed_in_wandb(tmp_path):
     assert "Error" in json.loads((sweep_dir / "0" / "summary.json").read_text())["run/error"]
 
 
-@pytest.mark.parametrize("name,cells", [("claims_grid", 12), ("leak_gap", 2), ("qk_init", 12),
-                                        ("scaling_at_init", 20)])
+@pytest.mark.parametrize("name,cells", [("claims_grid", 36), ("leak_gap", 6), ("qk_init", 36),
+                                        ("scaling_at_init", 90), ("lr_sensitivity", 108), ("extras", 72)])
 def test_experiment_presets_compose(name, cells):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
@@ -135,17 +149,17 @@ def test_experiment_presets_compose(name, cells):
     params = cfg.hydra.sweeper.params
     count = 1
     for values in params.values():
-        count *= len(str(values).split(","))
+        count *= len(str(values).split("#")[0].split(","))
     assert count == cells
     if name == "claims_grid":
         assert dict(params) == {"model.d_k": "64,256,4096", "model.scale": "true,false",
-                                "model.causal": "true,false"}
+                                "model.causal": "true,false", "seed": "0,1,2"}
 
 
 @pytest.mark.slow
 def test_scaling_at_init_runs_only_the_final_probe_and_eval(tmp_path):
     proc, sweep_dir = multirun(tmp_path, "experiment=scaling_at_init", "model=andrea_tiny", "data.seq_len=32",
-                               "model.d_k=8,64", "model.qk_init=unit",  # the command line wins over the preset
+                               "model.d_k=8,64", "model.qk_init=unit", "seed=0",  # the command line wins
                                "data.train_sequences=512", "data.eval_sequences=32", "probe.maps_every=0",
                                "logger.mode=offline")
     assert proc.returncode == 0, proc.stderr[-3000:]
