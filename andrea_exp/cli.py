@@ -6,11 +6,14 @@ each resume's config and overrides go to `.hydra/resume-N/` beside them (see `re
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -80,16 +83,71 @@ def run_job(cfg: DictConfig) -> dict:
             discard_resume_record(run_dir, hydra_cfg)
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+        why = describe_os_error(err) if isinstance(err, OSError) else f"{type(err).__name__}: {err}"
         if _summary_status(run_dir) != "failed":  # keep the tracker's fuller failure summary when it wrote one
-            write_summary(run_dir, {"run/status": "failed", "run/error": f"{type(err).__name__}: {err}",
-                                    "run/steps": 0}, cfg)
+            with contextlib.suppress(OSError):  # the disk that failed the run may refuse this too
+                write_summary(run_dir, {"run/status": "failed", "run/error": why, "run/steps": 0}, cfg)
         if not in_sweep:
+            if isinstance(err, OSError) and not full_error():
+                print(f"error: {why}", file=sys.stderr)
+                sys.exit(FAILURE_EXIT)
             raise
-        print(f"error: cell {hydra_cfg.job.num} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"error: cell {hydra_cfg.job.num} failed: {why}", file=sys.stderr)
         return {"run/status": "failed"}
     if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
         print_run_summary(summary, run_dir)
     return summary
+
+
+# ---------------------------------------------------------------- failures outside the settings
+
+# Exit codes: 2 for bad settings (nothing was run), FAILURE_EXIT for a run that the file system stopped (a
+# full disk, a directory it may not write, a file that disappeared), 128 + signal for an interrupt.
+FAILURE_EXIT = 1  # what Hydra itself exits with when a job raises
+NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion",
+                "--version"}
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def full_error() -> bool:
+    """HYDRA_FULL_ERROR=1: the user asked for Hydra's full traceback instead of our one line."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def describe_os_error(err: OSError) -> str:
+    """One line naming the path and the cause: `cannot write /x/metrics.jsonl: No space left on device`.
+    The first OSError of a chain is the cause (a full disk also fails the summary written after it)."""
+    while isinstance(err.__context__, OSError) and err.__context__.filename is not None:
+        err = err.__context__
+    cause = err.strerror or str(err) or type(err).__name__
+    if err.filename is None:
+        return f"{type(err).__name__}: {cause}"
+    verb = "write" if err.errno in WRITE_ERRNOS else "read" if err.errno == errno.ENOENT else "access"
+    target = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
+    return f"cannot {verb} {target}: {cause}"
+
+
+def output_dir_error(argv: list[str]) -> str | None:
+    """One line when the run (or sweep) directory cannot be written, before Hydra tries and reports it with a
+    traceback. Checked on the nearest part that exists: nothing is created here."""
+    if any(arg.split("=")[0] in NO_RUN_FLAGS for arg in argv):
+        return None  # --help, --cfg job, ...: Hydra prints and writes nothing
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = _setting(argv, key)
+    fixed = (given if given is not None else "outputs").split("${")[0]  # the part before any interpolation
+    where = Path(fixed or ".").expanduser().absolute()
+    existing = where
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        return f"cannot write {where} ({key}): {err.strerror or type(err).__name__}"
+    return None
 
 
 # ---------------------------------------------------------------- resuming
@@ -177,6 +235,11 @@ def main() -> None:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(2)
+    if not full_error():
+        problem = output_dir_error(sys.argv[1:])
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(FAILURE_EXIT)
     extra, problem = resume_overrides(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)

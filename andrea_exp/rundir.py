@@ -44,6 +44,7 @@ class MetricsFile:
 
     def __init__(self, path: Path, resume_step: int | None = None):
         self.path = path
+        self._failed = False  # a write failed (e.g. a full disk): closing may fail the same way
         if resume_step is None:
             self.path.write_text("")
         else:
@@ -69,10 +70,28 @@ class MetricsFile:
 
     def write(self, metrics: dict, step: int) -> None:
         record = {"step": step, **{k: jsonable(v) for k, v in metrics.items()}}
-        self._fh.write(json.dumps(record) + "\n")
+        try:
+            self._fh.write(json.dumps(record) + "\n")
+        except OSError as err:
+            self._failed = True
+            raise naming_path(err, self.path) from None
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError:
+            if not self._failed:
+                raise
+            # the line that failed is still buffered and fails again; the error was already raised once
+
+
+def naming_path(err: OSError, path: Path) -> OSError:
+    """The same error with `path` as its file name: a failed write() on an open file names no file."""
+    if err.filename is not None:
+        return err
+    named = type(err)(err.errno, err.strerror or str(err), str(path))
+    named.__traceback__ = err.__traceback__
+    return named
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -94,9 +113,13 @@ def write_summary(run_dir: Path, summary: dict, cfg) -> None:
     """summary.json at the top of the run directory, written atomically, with the resolved config."""
     summary = {k: jsonable(v) for k, v in summary.items()}
     summary["config"] = OmegaConf.to_container(cfg, resolve=True)
-    tmp = Path(run_dir) / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, Path(run_dir) / SUMMARY_FILE)
+    target = Path(run_dir) / SUMMARY_FILE
+    tmp = target.with_name(SUMMARY_FILE + ".tmp")
+    try:
+        tmp.write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, target)
+    except OSError as err:  # name the file the user knows, not the temporary one
+        raise type(err)(err.errno, err.strerror or str(err), str(target)) from None
 
 
 def read_summary(run_dir: Path) -> dict:

@@ -18,6 +18,7 @@ from andrea_exp.metric_keys import RUN_STATUS, TRAIN_STEP
 
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
 _open_runs: list = []  # W&B runs started and not yet finished in this process
+TAGGED_STATUSES = ("diverged", "interrupted")  # run/status values that also become a W&B tag
 
 
 def _say_once(message: str) -> None:
@@ -219,7 +220,8 @@ class Tracker:
             if run is not None:
                 status = summary.get(RUN_STATUS)
                 values = {k: rundir.jsonable(v) for k, v in summary.items() if k != "config"}
-                tags = ("diverged",) if status == "diverged" else ()
+                # diverged and interrupted runs close with exit code 0 (a result, a pause): a tag tells them apart
+                tags = (status,) if status in TAGGED_STATUSES else ()
                 self._wandb_call("summary", lambda r: (r.summary.update(values),
                                                        setattr(r, "tags", tuple(r.tags or ()) + tags)))
             if self.wandb_run is not None:

@@ -148,15 +148,19 @@ def test_a_truncated_checkpoint_is_one_clear_line(tmp_path):
     assert not (run_dir / "metrics.jsonl").exists()
 
 
-def _tiny_training_state():
+def _tiny_training_state(steps: int = 1, seed: int = 0):
+    """A model, AdamW and a warm-up + cosine schedule after `steps` updates."""
+    torch.manual_seed(seed)
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.SequentialLR(
         optimizer, [torch.optim.lr_scheduler.LinearLR(optimizer, 0.1, total_iters=2),
                     torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=5)], milestones=[2])
-    model(torch.randn(4, 3)).sum().backward()
-    optimizer.step()
-    scheduler.step()
+    for _ in range(steps):
+        model(torch.randn(4, 3)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
     return model, optimizer, scheduler
 
 
@@ -180,9 +184,31 @@ def test_checkpoint_holds_no_code_and_restores_every_random_stream(tmp_path):
     got = (random.random(), random.gauss(0, 1), np.random.rand(), torch.rand(2))
     assert got[:3] == expected[:3] and torch.equal(got[3], expected[3])
 
-    other, other_opt, other_sched = _tiny_training_state()
-    checkpoint.restore(state, model=other, optimizer=other_opt, scheduler=other_sched, max_steps=5, path=tmp_path)
+
+def test_restore_brings_back_weights_optimizer_moments_and_schedule(tmp_path):
+    model, optimizer, scheduler = _tiny_training_state(steps=1)
+    checkpoint.save(tmp_path, step=1, model=model, optimizer=optimizer, scheduler=scheduler, extra={})
+    saved = checkpoint.load(tmp_path)
+    # restored into a run at another step, with other weights: every compared value differs before restore
+    other, other_opt, other_sched = _tiny_training_state(steps=3, seed=1)
+    moments = ("exp_avg", "exp_avg_sq", "step")
+    before = other_opt.state_dict()["state"]
+    assert all(not torch.equal(before[i][m], saved["optimizer"]["state"][i][m]) for i in before for m in moments)
+    assert other_sched.get_last_lr() != scheduler.get_last_lr()
+    assert other_sched.last_epoch != scheduler.last_epoch
+
+    checkpoint.restore(saved, model=other, optimizer=other_opt, scheduler=other_sched, max_steps=5, path=tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+    after = other_opt.state_dict()["state"]
+    assert after.keys() == saved["optimizer"]["state"].keys()
+    for i in after:
+        for m in moments:
+            assert torch.equal(after[i][m], saved["optimizer"]["state"][i][m]), (i, m)
+    assert other_sched.last_epoch == scheduler.last_epoch
+    assert other_sched.get_last_lr() == scheduler.get_last_lr()
+    assert [g["lr"] for g in other_opt.param_groups] == [g["lr"] for g in optimizer.param_groups]
+    scheduler.step()
+    other_sched.step()  # and the schedule carries on from the same point
     assert other_sched.get_last_lr() == scheduler.get_last_lr()
 
 
@@ -201,3 +227,74 @@ def test_a_model_of_another_shape_is_refused(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="holds a different model"):
         checkpoint.restore(checkpoint.load(tmp_path), model=wider, optimizer=torch.optim.AdamW(wider.parameters()),
                            scheduler=scheduler, max_steps=5, path=tmp_path)
+
+
+# ---------------------------------------------------------------- dropout: the random streams must be restored
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+DROPOUT = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
+           "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=30",
+           "train.warmup_steps=5", "train.eval_every=0", "train.ckpt_every=10", "train.log_every=5", "probe.every=0",
+           "train.progress=false", "train.device=cpu", "train.sample_tokens=2", "model.dropout=0.1"]
+CRASH_AT = 20
+
+
+class Crash(Exception):
+    """Stands for the process dying right after a checkpoint."""
+
+
+def dropout_config(*extra: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose("config", overrides=[*DROPOUT, *extra])
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["train/loss"] for r in records(run_dir) if "train/loss" in r}
+
+
+@pytest.fixture(scope="module")
+def dropout_unbroken(tmp_path_factory) -> dict[int, float]:
+    from andrea_exp.train import train
+
+    run_dir = tmp_path_factory.mktemp("dropout-unbroken")
+    train(dropout_config(), run_dir)
+    return train_losses(run_dir)
+
+
+def crash_then_resume(run_dir: Path, monkeypatch) -> dict[int, float]:
+    """Train until the checkpoint at CRASH_AT is written, die there, resume in the same process."""
+    from andrea_exp.train import train
+
+    run_dir.mkdir()
+    real_save = checkpoint.save
+
+    def save_then_crash(directory, *, step, **kwargs):
+        path = real_save(directory, step=step, **kwargs)
+        if step == CRASH_AT:
+            raise Crash(f"killed after the checkpoint at step {step}")
+        return path
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint, "save", save_then_crash)
+        with pytest.raises(Crash):
+            train(dropout_config(), run_dir)
+    assert max(train_losses(run_dir)) == CRASH_AT - 1
+    torch.manual_seed(12345)  # the resumed process starts from other random streams than the crashed one had
+    train(dropout_config("train.resume=true"), run_dir)
+    return train_losses(run_dir)
+
+
+def test_with_dropout_a_resumed_run_equals_the_unbroken_one(dropout_unbroken, tmp_path, monkeypatch):
+    resumed = crash_then_resume(tmp_path / "run", monkeypatch)
+    assert sorted(resumed) == list(range(30))
+    assert resumed == dropout_unbroken  # bit for bit, the steps after the resume included
+
+
+def test_without_the_random_streams_the_resumed_run_differs(dropout_unbroken, tmp_path, monkeypatch):
+    """The control that shows the test above can fail: dropout draws different masks after the resume."""
+    monkeypatch.setattr(checkpoint, "set_rng_state", lambda state: None)
+    resumed = crash_then_resume(tmp_path / "run", monkeypatch)
+    assert all(resumed[s] == dropout_unbroken[s] for s in range(CRASH_AT))  # before the crash: the same run
+    assert all(resumed[s] != dropout_unbroken[s] for s in range(CRASH_AT, 30))
