@@ -147,11 +147,15 @@ class Probe:
     def measure(self, step: int) -> dict:
         """Metrics of the probe batch at this step (see the module docstring for the averaging).
 
-        All layers are reduced together on stacked (L, ...) tensors, so the number of kernels does not
-        grow with depth; that keeps a probe near the cost of one forward and backward.
+        Memory: each layer's scores, pattern, q and k are reduced as soon as its attention has run (a
+        forward hook), and d loss / d scores as soon as the backward pass reaches it (a tensor hook), so
+        no (L, B, H, T, T) tensor is ever built and only one layer's (B, H, T, T) gradient lives at a
+        time; what is kept per layer are (H,)-sized statistics and the (N,) row norms. The patterns
+        the backward pass needs are the probe's only full-size tensors across layers.
         """
         x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
         L, H = self.n_layer, self.n_head
+        first = first_kept_row(x.size(1), x.size(1), self.causal)
         names: list[str] = []
         pieces: list[torch.Tensor] = []
 
@@ -159,56 +163,91 @@ class Probe:
             names.extend(keys)
             pieces.append(values.detach().float().reshape(-1))
 
+        forward: list[dict] = [{} for _ in range(L)]  # per layer: head stats, q/k std, jac stats
+        backward: list[dict] = [{} for _ in range(L)]  # per layer: d loss / d scores norm and row norms
         with self._instrumented() as stages, torch.enable_grad(), \
-                torch.autocast(device_type=self.tokens.device.type, enabled=False):
+                torch.autocast(device_type=self.tokens.device.type, enabled=False), \
+                self._layer_hooks(stages, first, forward, backward):
             _, loss = self.model(x, y)
-            scores = [s["scores"] for s in stages]  # L x (B, H, T, T), scaled and masked
-            grads = torch.autograd.grad(loss, scores + self.params, allow_unused=True)
-            score_grads = torch.stack([torch.zeros_like(s) if g is None else g
-                                       for s, g in zip(scores, grads[:L])])  # (L, B, H, T, T)
-            param_grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads[L:])]
+            grads = torch.autograd.grad(loss, self.params, allow_unused=True)  # fires the scores' hooks
+            param_grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
 
-            patterns = torch.stack([s["pattern"] for s in stages])  # (L, B, H, T, T)
-            stats = head_attention_stats(torch.stack(scores), patterns, self.causal)  # each (L, H)
             put(["probe/loss"], loss)
-            for stat, per_head in stats.items():
+            for stat in ATTN_STATS:
+                per_head = torch.stack([layer["head"][stat] for layer in forward])  # (L, H)
                 per_layer = per_head.mean(-1)  # (L,): mean over heads
                 put([f"attn/L{li}/{stat}" for li in range(L)] + [f"attn/{stat}"],
                     torch.cat([per_layer, per_layer.mean().reshape(1)]))  # then the mean over layers
                 if self.per_head:
                     put([f"attn/L{li}/H{h}/{stat}" for li in range(L) for h in range(H)], per_head)
             for name in ("q", "k"):
-                per_layer = component_std(torch.stack([s[name] for s in stages]), (1, 2, 3, 4))  # (L,)
+                per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
                 put([f"attn/L{li}/{name}_std" for li in range(L)] + [f"attn/{name}_std"],
                     torch.cat([per_layer, per_layer.mean().reshape(1)]))
-            per_layer = torch.linalg.vector_norm(score_grads.float(), dim=(1, 2, 3, 4))  # (L,)
+            backward = [layer or self._grad_layer_stats(torch.zeros(forward[li]["shape"], device=x.device), first)
+                        for li, layer in enumerate(backward)]  # a layer the loss does not reach: zero gradient
+            per_layer = torch.stack([layer["norm"] for layer in backward])  # (L,)
             put([f"grad/L{li}/scores" for li in range(L)] + ["grad/scores"],
                 torch.cat([per_layer, per_layer.norm().reshape(1)]))  # global L2 over layers
             squares = torch.stack(torch._foreach_norm(param_grads)).float() ** 2  # (P,), one fused kernel
             put(self.group_names, (self.membership @ squares).sqrt())  # (G,)
-            self._put_row_stats(put, patterns, score_grads)
+            self._put_row_stats(put, forward, torch.stack([layer["rows"] for layer in backward]))
             self._put_qk_spectral(put)
 
         host = torch.cat(pieces).cpu().tolist()  # the probe's one host sync
         return dict(zip(names, host))
+
+    @contextlib.contextmanager
+    def _layer_hooks(self, stages: list[dict], first: int, forward: list[dict], backward: list[dict]):
+        """While active, each attention layer's forward fills forward[l] and frees its captured tensors;
+        its scores' gradient, when the backward pass computes it, fills backward[l]."""
+
+        def after_attention(li: int):
+            def hook(module, args, output):
+                stage = stages[li]
+                scores, pattern = stage.pop("scores"), stage.pop("pattern")  # (B, H, T, T) each
+                forward[li] = self._forward_layer_stats(scores, pattern, stage.pop("q"), stage.pop("k"), first)
+                if scores.requires_grad:
+                    scores.register_hook(lambda g: backward.__setitem__(li, self._grad_layer_stats(g, first)))
+            return hook
+
+        handles = [block.attn.register_forward_hook(after_attention(li)) for li, block in enumerate(self.model.blocks)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    @torch.no_grad()
+    def _forward_layer_stats(self, scores, pattern, q, k, first: int) -> dict:
+        """One layer's forward statistics; scores, pattern: (B, H, T, T); q, k: (B, H, T, d_k)."""
+        jac = softmax_jacobian_norm(pattern[..., first:, :]).reshape(-1)  # (N,), N = B * H * kept rows
+        return {"head": head_attention_stats(scores, pattern, self.causal),  # each (H,)
+                "q": component_std(q, (0, 1, 2, 3)), "k": component_std(k, (0, 1, 2, 3)),
+                "jac_norm": jac.mean(), "jac_dead_frac": (jac < self.dead_jac).float().mean(),
+                "shape": scores.shape}
+
+    @torch.no_grad()
+    def _grad_layer_stats(self, score_grad: torch.Tensor, first: int) -> dict:
+        """One layer's d loss / d scores (B, H, T, T) -> its L2 norm and the (N,) norms of its kept rows."""
+        g = score_grad.float()
+        return {"norm": torch.linalg.vector_norm(g),
+                "rows": torch.linalg.vector_norm(g[..., first:, :], dim=-1).reshape(-1)}  # (N,)
 
     def _layer_keys(self, key: str) -> list[str]:
         """attn/jac_norm -> [attn/L0/jac_norm, ..., attn/L{L-1}/jac_norm, attn/jac_norm]."""
         return [mk.per_layer(key, li) for li in range(self.n_layer)] + [key]
 
     @torch.no_grad()
-    def _put_row_stats(self, put, patterns: torch.Tensor, score_grads: torch.Tensor) -> None:
+    def _put_row_stats(self, put, forward: list[dict], row_norms: torch.Tensor) -> None:
         """Per-row Jacobian and gradient statistics over the rows with more than one visible key.
 
-        patterns, score_grads: (L, B, H, T, T). The kept rows are a suffix of the query axis (a slice,
-        no host sync); each layer's rows are then flattened to (L, N), N = B * H * kept rows.
+        forward: each layer's Jacobian mean and dead share over its kept rows; row_norms: (L, N), each
+        layer's ||d loss / d S_i|| over its N = B * H * kept rows (the kept rows are a suffix of the
+        query axis: a slice, no host sync).
         """
-        L = self.n_layer
-        first = first_kept_row(patterns.size(-2), patterns.size(-1), self.causal)
-        jac = softmax_jacobian_norm(patterns[..., first:, :]).reshape(L, -1)  # (L, N)
-        row_norms = torch.linalg.vector_norm(score_grads[..., first:, :].float(), dim=-1).reshape(L, -1)  # (L, N)
-        for key, per_layer in ((mk.ATTN_JAC_NORM, jac.mean(-1)),
-                               (mk.ATTN_JAC_DEAD_FRAC, (jac < self.dead_jac).float().mean(-1))):
+        for key, name in ((mk.ATTN_JAC_NORM, "jac_norm"), (mk.ATTN_JAC_DEAD_FRAC, "jac_dead_frac")):
+            per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
             put(self._layer_keys(key), torch.cat([per_layer, per_layer.mean().reshape(1)]))  # pooled: mean over layers
         by_layer = row_gradient_stats(row_norms, self.dead_grad)  # each (L,)
         pooled = row_gradient_stats(row_norms.reshape(-1), self.dead_grad)  # each (): all rows of all layers

@@ -190,6 +190,7 @@ class TrainSchema:
     keep_checkpoints: int = setting(Integer(0), operational=True)
     resume: bool = setting(Choice(BOOLS), operational=True)
     compile: bool = setting(Choice(BOOLS), operational=True)
+    cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results
     device: str = setting(Device(), operational=True)
     precision: str = setting(Choice(PRECISIONS))
     diverge_factor: float = setting(Finite(low=1, low_inclusive=False))

@@ -17,6 +17,7 @@ interrupted`, and the command exits 130 / 143 after printing how to resume; a se
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -37,6 +38,7 @@ from andrea_exp import metric_keys as K
 from andrea_exp.config import FP16_REFUSED, ConfigError
 from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate, generate
+from andrea_exp.graphed_step import GraphedStep, grad_norm, step_body, use_cuda_graph  # noqa: F401 (grad_norm: API)
 from andrea_exp.model import Andrea, ModelConfig
 from andrea_exp.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.tracking import Tracker
@@ -76,6 +78,7 @@ class Runtime:
     world_size: int = 1
     is_main: bool = True
     autocast: object = field(default_factory=lambda: contextlib.nullcontext)
+    amp_dtype: torch.dtype | None = None  # the autocast dtype; None: no autocast
 
 
 def setup_runtime(cfg) -> Runtime:
@@ -110,7 +113,7 @@ def setup_runtime(cfg) -> Runtime:
         autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)  # noqa: E731
     else:
         autocast = contextlib.nullcontext
-    return Runtime(device, rank, world_size, rank == 0, autocast)
+    return Runtime(device, rank, world_size, rank == 0, autocast, torch.bfloat16 if precision == "bf16" else None)
 
 
 def build_model(cfg, vocab_size: int) -> Andrea:
@@ -292,12 +295,6 @@ def load_resume_state(cfg, run_dir: Path, settings: dict, is_main: bool) -> dict
 # ---------------------------------------------------------------- the step and its logging window
 
 
-def grad_norm(params) -> torch.Tensor:
-    """Global L2 norm of all gradients, on the device (no sync)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-
-
 def _all_reduce_mean(t: torch.Tensor, rt: Runtime) -> torch.Tensor:
     if rt.world_size > 1:
         t = t.clone()
@@ -309,17 +306,22 @@ def _all_reduce_mean(t: torch.Tensor, rt: Runtime) -> torch.Tensor:
 
 def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip: float):
     """One optimiser update; returns (loss, grad norm before clipping, lr used), tensors left on the device."""
-    with rt.autocast():
-        _, loss = model(x, y)
-    loss.backward()
-    gn = grad_norm(params)  # global, before clipping
-    if grad_clip > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, grad_clip, gn)
     lr = scheduler.get_last_lr()[0]
-    optimizer.step()
+    loss, gn = step_body(model, params, optimizer, x, y, rt.autocast, grad_clip)
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return _all_reduce_mean(loss.detach(), rt), gn.detach(), lr
+    return _all_reduce_mean(loss, rt), gn, lr
+
+
+def build_step(cfg, rt: Runtime, model, train_model, params, optimizer, scheduler, grad_clip: float):
+    """`step(x, y) -> (loss, grad norm, lr)`: a replayed CUDA graph (train.cuda_graph) or the eager train_step.
+    Built after any checkpoint restore: a resumed run starts with the graph's eager warm-up steps again."""
+    setting = cfg.train.get("cuda_graph", "auto")
+    if use_cuda_graph(setting, device_type=rt.device.type, world_size=rt.world_size, compile=bool(cfg.train.compile),
+                      dropout=float(cfg.model.dropout)):
+        return GraphedStep(model, params, optimizer, scheduler, amp_dtype=rt.amp_dtype, grad_clip=grad_clip,
+                           fallback=setting == "auto", log=lambda line: print(line, flush=True))
+    return functools.partial(train_step, train_model, params, optimizer, scheduler, rt=rt, grad_clip=grad_clip)
 
 
 class LogWindow:
@@ -542,6 +544,7 @@ def train(cfg, run_dir: Path) -> dict:
     probe = build_probe(cfg, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
     window, progress = LogWindow(s.tokens_per_step, s.grad_clip), Progress(cfg, rt, st.step)
+    step = build_step(cfg, rt, model, train_model, params, optimizer, scheduler, s.grad_clip)
 
     if resumed is not None and st.step < s.max_steps:
         for record in resumed["extra"].get("records_at_step", []):
@@ -556,7 +559,7 @@ def train(cfg, run_dir: Path) -> dict:
                 while st.step < s.max_steps:
                     measure_probe(probe, tracker, st, s, window)
                     x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
-                    window.add(st.step, *train_step(train_model, params, optimizer, scheduler, x, y, rt, s.grad_clip))
+                    window.add(st.step, *step(x, y))
                     st.step += 1
                     progress.update()
                     eval_due = s.eval_every and st.step % s.eval_every == 0 and st.step < s.max_steps
