@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import math
 
+from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import LR, LR_SWEEP, Cell
-from andrea_exp.report.claims.common import final_loss
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import stat
+
+
+def final_loss(run: Run) -> float | None:
+    """Final held-out loss as trained; None for a run that did not finish."""
+    if run.status != "finished":
+        return None
+    return run.last(mk.EVAL_LOSS_AS_TRAINED)
 
 
 def capped_final(run: Run) -> float | None:

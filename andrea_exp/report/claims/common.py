@@ -9,6 +9,7 @@ from pathlib import Path
 
 from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
+from andrea_exp.report.bestlr import final_loss  # noqa: F401  (claims and lr.py read it from here)
 from andrea_exp.report.cells import INIT_ONLY, Cell, short
 from andrea_exp.report.rules import Check, Verdict, progress
 from andrea_exp.report.runs import Run
@@ -75,13 +76,6 @@ def at_end(key: str):
 def floor_of(run: Run) -> float | None:
     value = run.last(mk.EVAL_FLOOR)
     return value if value is not None and math.isfinite(value) else None
-
-
-def final_loss(run: Run) -> float | None:
-    """Final held-out loss as trained; None for a run that did not finish."""
-    if run.status != "finished":
-        return None
-    return run.last(mk.EVAL_LOSS_AS_TRAINED)
 
 
 def trained(cell: Cell) -> bool:
