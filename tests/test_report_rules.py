@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.report import bestlr, static
+from andrea_exp.report import bestlr, growth, static
+from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
-from andrea_exp.report.claims import c3, c4, c5, c9, vanish
+from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
 from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import distinct_cells, seed_check, seed_vote, seeds_needed, window_mean
@@ -239,3 +240,105 @@ def test_c5_invariance_across_d_k_both_ways(tmp_path):
     near = model_checks(c5.claim(study_of(runs(1.2), tmp_path)), "score std near 1")
     assert all(c.ok for c in near)
     assert not any(c.ok for c in model_checks(c5.claim(study_of(runs(8.0), tmp_path)), "score std near 1")[1:])
+
+
+# ------------------------------------------------------------------ C7: per seed, on runs that trained
+def leak_runs(unmasked_finals, generation=4.5, floor_se=None):
+    runs = []
+    for seed, final in enumerate(unmasked_finals):
+        summary = {"eval/loss_generation": generation, **({"eval/floor_se": floor_se} if floor_se else {})}
+        runs.append(make_run(seed, name="leak_gap", causal=False, final=final, summary=summary))
+        control = {**summary, "eval/loss_generation": 1.2}
+        runs.append(make_run(seed, name="leak_gap", causal=True, final=1.2, summary=control))
+    return runs
+
+
+def c7_parts(runs, tmp_path):
+    result = c7.claim(study_of(runs, tmp_path))
+    return {c.where["part"]: c for c in result.checks}, result
+
+
+def test_c7_leak_both_ways(tmp_path):
+    parts, result = c7_parts(leak_runs([0.5, 0.5, 0.5]), tmp_path)  # floor 1.0: 0.5 nats below
+    assert parts["loss as trained below the floor"].ok and parts[c7.CAUSAL_CONTROL].ok
+    assert parts["generation loss far above the floor and the loss as trained"].ok  # 4.5 - 1 >= 0.5 x (5 - 1)
+    assert result.verdict.verdict == HOLDS
+    parts, _ = c7_parts(leak_runs([1.01, 1.01, 1.01]), tmp_path)  # within the constant margin of 0.02
+    assert not parts["loss as trained below the floor"].ok
+    parts, _ = c7_parts(leak_runs([0.5, 0.5, 0.5], generation=2.0), tmp_path)
+    assert not parts["generation loss far above the floor and the loss as trained"].ok
+
+
+def test_c7_margin_from_the_floor_standard_error(tmp_path):
+    # 0.05 below the floor: above the constant 0.02, but not 3 standard errors of 0.03
+    parts, result = c7_parts(leak_runs([0.95] * 3, floor_se=0.03), tmp_path)
+    assert not parts["loss as trained below the floor"].ok and "Every run judged records it" in result.notes[0]
+    parts, result = c7_parts(leak_runs([0.95] * 3), tmp_path)
+    assert parts["loss as trained below the floor"].ok and "No run read records it" in result.notes[0]
+
+
+def test_c7_judges_only_seeds_that_trained(tmp_path):
+    # seed 2 did not train (progress (4 - 3.9) / 3 < 0.5): it is left out, 2 of 2 remaining seeds pass
+    parts, _ = c7_parts(leak_runs([0.5, 0.5, 3.9]), tmp_path)
+    below = parts["loss as trained below the floor"]
+    assert below.ok and "2 of 2 pass" in below.value
+    none_trained, result = c7_parts(leak_runs([3.9, 3.9, 3.9]), tmp_path)
+    assert "loss as trained below the floor" not in none_trained and result.verdict.verdict == NOT_MEASURED
+
+
+def test_c7_moves_an_untrained_unmasked_cell_to_its_best_lr(tmp_path):
+    runs = leak_runs([3.9, 3.9, 3.9])
+    for lr, final in ((1e-4, 3.5), (1e-3, 0.5)):
+        runs += [make_run(s, name="leak_lr", causal=False, lr=lr, final=final,
+                          summary={"eval/loss_generation": 4.5}) for s in range(3)]
+    parts, _ = c7_parts(runs, tmp_path)
+    check = parts["loss as trained below the floor"]
+    assert check.ok and check.where["at"] == "best LR 0.001"
+
+
+# ------------------------------------------------------------------ C2: the premise is the q/k init
+def test_c2_holds_only_for_unit_init(tmp_path):
+    runs = [make_run(s, name="qk_init", qk_init=q, scale="none", probes={0: {"attn/score_std": std}})
+            for s in range(3) for q, std in (("unit", 8.2), ("gpt2", 0.01), ("torch", 0.3))]
+    result = c2.claim(study_of(runs, tmp_path))
+    model = {c.where["premise"]: c for c in result.checks if "experiment" in c.where}
+    assert model["model at init, qk_init=unit"].ok
+    assert not model["model at init, qk_init=torch"].ok and not model["model at init, qk_init=gpt2"].ok
+
+
+# ------------------------------------------------------------------ logit growth (extras)
+def test_lr_sensitivity_of_the_extras_by_hand(tmp_path):
+    cells = {}
+    for lr, finals in ((1e-3, (2.0, 2.2)), (1e-2, (1.5, 1.6)), (1e-1, (None, None))):
+        runs = [make_run(s, name="extras", lr=lr, final=f, status="finished" if f else "diverged")
+                for s, f in enumerate(finals)]
+        cells[lr] = Cell({"train.lr": lr}, runs, "extras", LR_SWEEP)
+    # seed 0: l* 1.5; (0.5 + 0 + 2.5) / 3 = 1.0. seed 1: l* 1.6; (0.6 + 0 + 2.4) / 3 = 1.0
+    assert growth.sensitivity(cells).mean == pytest.approx(1.0)
+    assert [lr for lr, c in cells.items() if growth.trains(c)] == [1e-3, 1e-2]  # progress 0.67.., diverged: no
+    text = growth.growth_section(list(cells.values()), tmp_path / "figures" / "g.png")
+    assert "| 64 | scale=sqrt ln=False | 0.01 |" in text
+    assert "not measured" in growth.growth_section([], tmp_path / "g.png")
+
+
+# ------------------------------------------------------------------ weak input
+def test_no_runs_exits_non_zero_with_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(tmp_path / "empty"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code not in (0, None)
+    message = str(exit_info.value.code)
+    assert message.startswith("andrea-report: no runs under") and "\n" not in message
+
+
+def test_short_runs_are_flagged(tmp_path):
+    long = c4.claim(study_of(pair_runs([True] * 3), tmp_path))
+    assert not any(c.short for c in long.checks)
+    runs = pair_runs([True] * 3)
+    for run in runs:
+        run.config["train.max_steps"] = 50
+    short = c4.claim(study_of(runs, tmp_path))
+    assert all(c.short for c in model_checks(short, "gradient"))
+    from andrea_exp.report.markdown import SHORT_WARNING, claim_section, header
+    assert SHORT_WARNING in claim_section(short, tmp_path)
+    assert "runs are shorter than 200 steps" in header(["x"], study_of(runs, tmp_path), None, [])
