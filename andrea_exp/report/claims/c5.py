@@ -30,10 +30,6 @@ PROCEEDS_PROGRESS = 0.5  # "training proceeds": finished and closed >= 50 % of (
 OVER_TRAINING = (1, 10 ** 12)  # steps of "over training": every probe after step 0
 
 
-def _proceeds(run) -> float | None:
-    return run_progress(run) if run.status == "finished" else -1.0
-
-
 def invariance_checks(study: Study) -> tuple[list[Check], list[list]]:
     groups: dict[str, tuple[dict, dict]] = {}
     for cell in study.claim_cells + study.lr_cells:
@@ -82,9 +78,9 @@ def claim(study: Study) -> ClaimResult:
                             lambda v: v < PEAKED_MAX_PROB, f"max prob < {PEAKED_MAX_PROB}",
                             lambda m: PEAKED_MAX_PROB - m, runs)]
         if trained(cell):
-            found.append(seed_check({"part": "training proceeds", **ctx}, per_seed(cell, _proceeds),
+            found.append(seed_check({"part": "training proceeds", **ctx}, per_seed(cell, run_progress),
                                     lambda v: v >= PROCEEDS_PROGRESS,
-                                    f"finished and progress >= {PROCEEDS_PROGRESS} (not finished: -1)",
+                                    f"progress >= {PROCEEDS_PROGRESS} (0 when not finished)",
                                     lambda m: m - PROCEEDS_PROGRESS, runs))
         checks += [c for c in found if c is not None]
         prog = cell_stat(cell, run_progress)
