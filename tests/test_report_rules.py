@@ -296,6 +296,7 @@ def test_c7_judges_only_seeds_that_trained(tmp_path):
     assert below.ok and "2 of 2 pass" in below.value
     none_trained, result = c7_parts(leak_runs([3.9, 3.9, 3.9]), tmp_path)
     assert "loss as trained below the floor" not in none_trained and result.verdict.verdict == NOT_MEASURED
+    assert "no seed trained" in result.verdict.condition
 
 
 def test_c7_moves_an_untrained_unmasked_cell_to_its_best_lr(tmp_path):

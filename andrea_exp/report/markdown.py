@@ -189,14 +189,15 @@ def thresholds_line(result: ClaimResult) -> str:
     near = [c for c in result.checks if c.vote and c.distance is not None]
     if near:
         c = min(near, key=lambda c: abs(c.distance))
-        text += (f". Nearest voted check: {c.where.get('part', '')} {_where_text(c.where)}, distance {c.distance:.3g} "
+        place = " ".join(t for t in (c.where.get("part", ""), _where_text(c.where)) if t)
+        text += (f". Nearest voted check: {place}, distance {c.distance:.3g} "
                  f"({'passes' if c.ok else 'fails'})")
     return text
 
 
 def summary_table(results: list[ClaimResult]) -> str:
-    rows = [[r.id, r.title, r.verdict.verdict, (r.verdict.condition or "") +
-             ("; " + SHORT_WARNING if any(c.short for c in r.checks if c.vote) else "")] for r in results]
+    rows = [[r.id, r.title, r.verdict.verdict, "; ".join(t for t in (r.verdict.condition, SHORT_WARNING if any(
+             c.short for c in r.checks if c.vote) else "") if t)] for r in results]
     return "## Verdicts\n\n" + md_table(["claim", "statement", "verdict", "condition / detail"], rows)
 
 

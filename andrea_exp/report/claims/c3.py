@@ -47,7 +47,8 @@ def premise_verdict(checks: list[Check]) -> Verdict:
     base = verdict(checks, f"the premise ({PREMISE}) holds at no place measured")
     if base.verdict == NOT_MEASURED or not unmet:
         return base
-    text = f"premise ({PREMISE}) not met, so not measured, at {places(unmet)}"
+    bare = [Check({k: v for k, v in c.where.items() if k not in ("premise", "when")}, c.ok) for c in unmet]
+    text = f"premise ({PREMISE}) not met, so not measured, at {places(bare)}"
     if base.verdict == HOLDS:
         return Verdict(CONDITIONAL, f"where {PREMISE}; {text}")
     return Verdict(base.verdict, f"{base.condition}; {text}" if base.condition else text)

@@ -83,9 +83,21 @@ def claim(study: Study) -> ClaimResult:
         cell, at = judged_cell(full_cell, best)
         ctx = {**context_of(full_cell, ("model.causal",)), "at": at}
         skipped = len(full_cell.runs) - len(cell.runs)
+        shown = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None], full_cell.experiment)
+        if shown.runs:  # the bars show every cell with a floor, trained or not: the table says which trained
+            tr = cell_stat(shown, lambda r: r.last(mk.EVAL_LOSS_AS_TRAINED))
+            gen = cell_stat(shown, lambda r: r.last(mk.EVAL_LOSS_GENERATION))
+            floor = stat(map(floor_of, shown.runs)).mean
+            where = context_of(full_cell, ())
+            rows.append([context_label(where, skip=()), at, str(tr), str(gen), floor,
+                         str(cell_stat(shown, lambda r: r.last(mk.EVAL_BELOW_FLOOR))),
+                         stat(r.summary.get(mk.DATA_LOG_VOCAB) for r in shown.runs).mean,
+                         f"{len(cell.runs)} of {len(cell.runs) + skipped}"])
+            groups.append(context_label(where, skip=("experiment",) if one_experiment else ()))
+            as_trained.append((tr.mean, tr.std))
+            generation.append((gen.mean, gen.std))
+            floors.append(floor)
         if not cell.runs:
-            rows.append([context_label(context_of(full_cell, ()), skip=()), at, "-", "-", "-", "-", "-",
-                         f"0 of {len(full_cell.runs)}"])
             continue
         margins |= {margin_of(r) for r in cell.runs}
         runs = cell.runs
@@ -100,18 +112,6 @@ def claim(study: Study) -> ClaimResult:
                                 f"min(gen - floor, gen - as trained) - {CATASTROPHIC_SHARE} x (log V - floor) >= 0",
                                 lambda m: m, runs)]
         checks += [c for c in found if c is not None]
-        tr = cell_stat(cell, lambda r: r.last(mk.EVAL_LOSS_AS_TRAINED))
-        gen = cell_stat(cell, lambda r: r.last(mk.EVAL_LOSS_GENERATION))
-        floor = stat(map(floor_of, runs)).mean
-        where = context_of(cell, ())
-        rows.append([context_label(where, skip=()), at, str(tr), str(gen), floor,
-                     str(cell_stat(cell, lambda r: r.last(mk.EVAL_BELOW_FLOOR))),
-                     stat(r.summary.get(mk.DATA_LOG_VOCAB) for r in runs).mean,
-                     f"{len(runs)} of {len(runs) + skipped}"])
-        groups.append(context_label(where, skip=("experiment",) if one_experiment else ()))
-        as_trained.append((tr.mean, tr.std))
-        generation.append((gen.mean, gen.std))
-        floors.append(floor)
     paths = []
     if groups:
         paths.append(figures.grouped_bars(study.fig("c7_leak_gap.png"), groups,
@@ -124,8 +124,8 @@ def claim(study: Study) -> ClaimResult:
              + ("Every run judged records it." if not (margins & {LEAK_MARGIN}) else
                 "The runs read do not all record it: the constant is used for those." if recorded else
                 "No run read records it: the constant is used.")]
-    header = ["cell", "judged at", "loss as trained", "loss at generation", "floor", "floor - as trained", "log V",
-              "seeds that trained"]
+    header = ["cell", "judged at", "loss as trained (all seeds)", "loss at generation", "floor", "floor - as trained",
+              "log V", "seeds that trained (judged)"]
     return ClaimResult(
         "C7", "Without the mask the model learns a shortcut; at generation the shortcut is gone",
         "final held-out loss as trained (teacher forcing with the run's own mask), loss at generation time "
@@ -136,14 +136,18 @@ def claim(study: Study) -> ClaimResult:
         f"both the floor and the loss as trained >= {CATASTROPHIC_SHARE} x (log V - floor); the causal control (a "
         "check of the measurement, not part of the verdict) when its loss is not below the floor by more than the "
         "margin. A place passes when >= 2/3 of its seeds pass.",
-        checks, c7_verdict(checks), tables=[md_table(header, rows)] if rows else [], figures=paths, notes=notes,
+        checks, c7_verdict(checks, any(not c.get("model.causal") for c in study.claim_cells if trained(c))),
+        tables=[md_table(header, rows)] if rows else [], figures=paths, notes=notes,
         thresholds={"LEAK_MARGIN": LEAK_MARGIN, "FLOOR_SE_MULTIPLE": FLOOR_SE_MULTIPLE,
                     "CATASTROPHIC_SHARE": CATASTROPHIC_SHARE, "TRAINED_PROGRESS": TRAINED_PROGRESS})
 
 
-def c7_verdict(checks: list[Check]) -> Verdict:
+def c7_verdict(checks: list[Check], unmasked_ran: bool = False) -> Verdict:
     """The causal control alone measures nothing about the claim: without an unmasked cell it is not measured."""
     claim = [c for c in checks if c.where["part"] != CAUSAL_CONTROL]
+    if not claim and unmasked_ran:
+        return Verdict(NOT_MEASURED, f"unmasked cells ran, but no seed trained (progress >= {TRAINED_PROGRESS}) at "
+                       "the grid's LR or at a best LR of an LR sweep: train longer or sweep train.lr")
     if not claim:
         return Verdict(NOT_MEASURED, missing_runs("unmasked cell (model.causal=false) that trained, with a known "
                                                   "floor", "leak_gap"))
