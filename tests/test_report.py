@@ -229,13 +229,17 @@ def test_report_on_a_real_tiny_sweep(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     text = (out / "report.md").read_text()
     assert "| 1 in 8 cells (seeds 0) |" in text
+    assert "8 of 8 runs are shorter than 200 steps" in text  # 30-step runs: flagged in the header
+    assert "## Logit growth and its fixes" in text
     sections = re.split(r"^## ", text, flags=re.M)
     for cid in [f"C{i}" for i in range(1, 10)]:
         (section,) = [s for s in sections if s.startswith(f"{cid}:")]
         match = re.search(r"^\*\*Verdict: (.+?)\*\*", section, flags=re.M)
         assert match and match.group(1) in VERDICTS, f"{cid} has no verdict line"
-        # every pair scaled/unscaled and every unmasked cell is there, so nothing may be "not measured"
-        assert match.group(1) != NOT_MEASURED, f"{cid}: {section[:400]}"
+        # every pair scaled/unscaled and every unmasked cell is there, so nothing may be "not measured", except
+        # C7: it is judged only on runs that trained (progress >= 0.5), which 30 steps do not reach
+        if cid != "C7":
+            assert match.group(1) != NOT_MEASURED, f"{cid}: {section[:400]}"
         figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
         assert figures, f"{cid} has no figure"
         assert all((out / f).is_file() for f in figures)

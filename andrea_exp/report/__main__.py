@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.report.markdown import write_report
+from andrea_exp.report.markdown import NoRuns, write_report
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,7 +23,10 @@ def main(argv: list[str] | None = None) -> None:
     missing = [d for d in args.sweep_dirs if not Path(d).is_dir()]
     if missing:
         parser.error(f"SWEEP_DIR must be existing directories; not found: {', '.join(missing)}")
-    path = write_report(args.sweep_dirs, args.out, ["andrea-report", *argv], args.machine, args.note)
+    try:
+        path = write_report(args.sweep_dirs, args.out, ["andrea-report", *argv], args.machine, args.note)
+    except NoRuns as err:
+        sys.exit(f"andrea-report: {err}")  # one line, exit status 1
     print(f"[andrea-report] wrote {path}")
 
 

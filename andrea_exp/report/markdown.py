@@ -10,16 +10,25 @@ from collections import Counter
 from pathlib import Path
 
 from andrea_exp import metric_keys as mk
-from andrea_exp.report import CLAIMS_FILE, REPO_DIR, rules
+from andrea_exp.report import CLAIMS_FILE, REPO_DIR, rules, seeds
 from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
 from andrea_exp.report.claims import all_claims
 from andrea_exp.report.claims.common import ClaimResult
+from andrea_exp.report.growth import growth_section
 from andrea_exp.report.lr import lr_section
 from andrea_exp.report.rules import Check
 from andrea_exp.report.runs import load_runs
+from andrea_exp.report.seeds import MIN_STEPS, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+
+SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
+
+
+class NoRuns(ValueError):
+    """No run directory under the paths given: there is nothing to report."""
+
 
 GPU_KEY = mk.SYSTEM_GPU  # the training loop records torch.cuda.get_device_name() there, or "cpu"
 
@@ -62,6 +71,11 @@ def header(argv: list[str], study: Study, machine: str | None, notes: list[str])
              f"- report code: git commit {git_commit()}",
              f"- machine: {machine_of(study.runs, machine)}"]
     lines += [f"- note: {note}" for note in notes]
+    short = [run for run in study.runs if is_short(run)]
+    if short:
+        lines.append(f"- WARNING: {len(short)} of {len(study.runs)} runs are shorter than {MIN_STEPS} steps "
+                     f"(train.max_steps {', '.join(sorted({str(r.config.get('train.max_steps')) for r in short}))}): "
+                     "too short for verdicts about training; each verdict they feed says so")
     lines += [f"- runs read: {len(study.runs)} ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items())) or 'none'})"
               f" in {len(study.experiments)} experiments, {len(study.cells)} cells", "",
               experiments_table(study.experiments), ""]
@@ -129,19 +143,25 @@ def checks_table(checks: list[Check]) -> str:
     has_part = any("part" in c.where for c in checks)
     has_exp = any("experiment" in c.where for c in checks)
     header = (["part"] if has_part else []) + (["experiment"] if has_exp else []) + \
-        ["where", "value (mean ± std over seeds, n)", "threshold", "pass"]
+        ["where", "value (mean ± std over seeds, n; per seed)", "threshold", "distance (> 0: passing side)", "pass"]
     rows = [([c.where.get("part", "")] if has_part else []) + ([c.where.get("experiment", "")] if has_exp else []) +
-            [_where_text(c.where), c.value or "-", c.threshold or "-", "yes" if c.ok else "**no**"] for c in checks]
+            [_where_text(c.where), c.value or "-", c.threshold or "-",
+             "-" if c.distance is None else float(c.distance),
+             ("yes" if c.ok else "**no**") + ("" if c.vote else " (shown, not voted)")] for c in checks]
     return md_table(header, rows)
 
 
 def claim_section(result: ClaimResult, out: Path) -> str:
     v = result.verdict
-    passed = sum(c.ok for c in result.checks)
+    voted = [c for c in result.checks if c.vote]
+    passed = sum(c.ok for c in voted)
     lines = [f"## {result.id}: {result.title}", "",
-             f"**Verdict: {v.verdict}**" + (f" ({v.condition})" if v.condition else ""), "",
-             f"Checks passed: {passed} of {len(result.checks)}. Rule: {result.rule}", ""]
-    failed = [c for c in result.checks if not c.ok]
+             f"**Verdict: {v.verdict}**" + (f" ({v.condition})" if v.condition else ""), ""]
+    lines += [thresholds_line(result), ""] if result.thresholds else []
+    lines += [SHORT_WARNING, ""] if any(c.short for c in voted) else []
+    lines += [f"Voted checks passed: {passed} of {len(voted)} ({len(result.checks) - len(voted)} more shown, not "
+              f"voted). Rule: {result.rule}", ""]
+    failed = [c for c in voted if not c.ok]
     if failed and passed:
         lines += [f"Where it does not hold ({len(failed)} checks):", ""]
         lines += [f"- {c.where.get('part', '') + ': ' if 'part' in c.where else ''}"
@@ -163,15 +183,31 @@ def claim_section(result: ClaimResult, out: Path) -> str:
     return "\n".join(lines)
 
 
+def thresholds_line(result: ClaimResult) -> str:
+    """The rule's constants, and the voted check nearest its threshold (the closest call)."""
+    text = "Thresholds: " + "; ".join(f"{k} = {v}" for k, v in result.thresholds.items())
+    near = [c for c in result.checks if c.vote and c.distance is not None]
+    if near:
+        c = min(near, key=lambda c: abs(c.distance))
+        place = " ".join(t for t in (c.where.get("part", ""), _where_text(c.where)) if t)
+        text += (f". Nearest voted check: {place}, distance {c.distance:.3g} "
+                 f"({'passes' if c.ok else 'fails'})")
+    return text
+
+
 def summary_table(results: list[ClaimResult]) -> str:
-    rows = [[r.id, r.title, r.verdict.verdict, r.verdict.condition or ""] for r in results]
+    rows = [[r.id, r.title, r.verdict.verdict, "; ".join(t for t in (r.verdict.condition, SHORT_WARNING if any(
+             c.short for c in r.checks if c.vote) else "") if t)] for r in results]
     return "## Verdicts\n\n" + md_table(["claim", "statement", "verdict", "condition / detail"], rows)
 
 
 def write_report(roots: list[str], out: Path, argv: list[str], machine: str | None = None,
                  notes: list[str] | None = None) -> Path:
     runs = load_runs(roots)
-    study = Study(runs, group_experiments(runs) if runs else [], out)
+    if not runs:
+        raise NoRuns(f"no runs under {', '.join(map(str, roots))} (a run directory holds .hydra/ and summary.json "
+                     "or metrics.jsonl)")
+    study = Study(runs, group_experiments(runs), out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     results = all_claims(study)
     lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
@@ -179,13 +215,15 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
     parts = [header(argv, study, machine, notes or []), summary_table(results), "", cells_table(study.cells), ""]
     parts += [claim_section(r, out) for r in results]
     parts.append(lr_text)
+    parts.append(growth_section(study.lr_cells, study.fig("logit_growth.png")))
     parts.append("## Attention maps\n")
     if maps:
         for label, paths in maps:
             parts.append(f"- {label}: " + " ".join(f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in paths))
     else:
         parts.append("No attention maps under the runs read (probe.maps_every = 0, or no probe).")
-    parts.append("\n## How verdicts are decided\n\n" + rules.__doc__.split("\n\n", 1)[1].strip() + "\n")
+    parts.append("\n## How verdicts are decided\n\n" + rules.__doc__.split("\n\n", 1)[1].strip() +
+                 "\n\n" + seeds.__doc__.split("\n\n", 1)[1].strip() + "\n")
     path = out / "report.md"
     path.write_text("\n".join(parts) + "\n")
     return path

@@ -1,6 +1,7 @@
 """The rules that turn checks into verdicts, and training progress. Pure functions, no I/O.
 
-A claim is tested by a list of Checks: one yes/no test, with its threshold already applied, at one
+A claim is tested by a list of Checks (those marked vote=False are shown, not counted): one yes/no
+test, with its threshold already applied, at one
 place (`where`: d_k, scale, qk_init, when, part of the claim, ...). `verdict` turns the list into one
 of VERDICTS by a fixed rule:
 
@@ -36,6 +37,9 @@ class Check:
     ok: bool
     value: str = ""  # the number tested, e.g. "0.93 ± 0.01 (n=3)"
     threshold: str = ""  # what it was tested against, e.g. ">= 0.5"
+    distance: float | None = None  # signed distance from the threshold: > 0 on the passing side
+    vote: bool = True  # False: shown in the claim's table, left out of its verdict
+    short: bool = False  # some of its runs are shorter than the report's minimum (a warning goes with it)
 
 
 @dataclass
@@ -121,7 +125,8 @@ def _describe_part(checks: list[Check]) -> str:
 
 
 def verdict(checks: list[Check], missing: str = "") -> Verdict:
-    """One verdict from a claim's checks, by the rule in this module's docstring."""
+    """One verdict from a claim's voting checks, by the rule in this module's docstring."""
+    checks = [c for c in checks if c.vote]
     if not checks:
         return Verdict(NOT_MEASURED, missing)
     passed = [c for c in checks if c.ok]

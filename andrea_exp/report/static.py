@@ -61,7 +61,8 @@ def synthetic_softmax(d_ks=(16, 64, 256, 1024, 4096), T: int = 64, d_v: int = 64
     """Peakiness and the gradient through softmax for random unit-variance q, k, scaled and unscaled.
 
     The upstream gradient is a fixed random tensor on the output (loss = sum(out * g)), so only the
-    softmax's own Jacobian differs between settings. grad_scores is the Frobenius norm of d loss / d scores.
+    softmax's own Jacobian differs between settings. grad_scores is the Frobenius norm of d loss / d scores,
+    grad_row_p50 the median over query rows of ||d loss / d S_i||.
     """
     rows = []
     for d_k in d_ks:
@@ -79,7 +80,9 @@ def synthetic_softmax(d_ks=(16, 64, 256, 1024, 4096), T: int = 64, d_v: int = 64
             rows.append({"d_k": d_k, "scale": mode, "entropy_norm": row_entropy_norm(pattern.detach()).mean().item(),
                          "max_prob": rows_p.max(-1).values.mean().item(),
                          "saturated_frac": (rows_p.max(-1).values > 0.99).float().mean().item(),
-                         "grad_scores": stages["scores"].grad.norm().item()})
+                         "grad_scores": stages["scores"].grad.norm().item(),
+                         # per query row (rows with > 1 visible key), as the probe's grad/scores_row_p50
+                         "grad_row_p50": stages["scores"].grad[..., 1:, :].norm(dim=-1).median().item()})
     return rows
 
 

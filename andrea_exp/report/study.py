@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from andrea_exp.report import CONF_DIR, static
 from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell, Experiment
 from andrea_exp.report.runs import Run
+from andrea_exp.report.seeds import distinct_cells
 
 
 def default_lr() -> float | None:
@@ -36,10 +37,16 @@ class Study:
     @cached_property
     def claim_cells(self) -> list[Cell]:
         """Cells that vote on the claims: training and init-only experiments, and an LR sweep's cells only at
-        the default LR (the other LRs belong to the LR-sensitivity section). Read once: every claim asks."""
+        the default LR (the other LRs belong to the LR-sensitivity section), each distinct run once
+        (seeds.distinct_cells). Read once: every claim asks."""
         lr = default_lr()
-        return [c for c in self.cells if c.kind in (TRAINING, INIT_ONLY) or
-                (c.kind == LR_SWEEP and lr is not None and math.isclose(float(c.get(LR)), lr))]
+        return distinct_cells([c for c in self.cells if c.kind in (TRAINING, INIT_ONLY) or
+                               (c.kind == LR_SWEEP and lr is not None and math.isclose(float(c.get(LR)), lr))])
+
+    @cached_property
+    def lr_cells(self) -> list[Cell]:
+        """Every cell of the experiments that sweep train.lr, each distinct run once."""
+        return distinct_cells([c for c in self.cells if c.kind == LR_SWEEP])
 
     @property
     def claim_runs(self) -> list[Run]:

@@ -1,33 +1,32 @@
-"""C4: peaked softmax makes the gradient through it vanish, and training stalls (scaled/unscaled pairs)."""
+"""C4: peaked softmax makes the gradient through it vanish (row instruments, claims.vanish), and training
+stalls: decided at each cell's best LR of the LR sweep (bestlr), shown at the grid's LR and at every LR."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
+from andrea_exp.report.bestlr import best_lr_cells
 from andrea_exp.report.cells import Cell
+from andrea_exp.report.claims import vanish
 from andrea_exp.report.claims.common import (
-    VANISH_RATIO,
     ClaimResult,
-    at_init,
-    cell_stat,
     context_label,
     context_of,
     floor_of,
-    grad_scores_figure,
     missing_runs,
     run_progress,
     scale_pairs,
     trained,
 )
 from andrea_exp.report.rules import Check, verdict
+from andrea_exp.report.seeds import paired, seed_check
 from andrea_exp.report.stats import sort_key, stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 
-STALL_RATIO = 0.5  # "stalls": closes less than half the share of (l_0 - floor) that the scaled twin closes
+STALL_RATIO = 0.5  # "stalls": closes less than half the share of (l_0 - floor) that its scaled twin closes
 
 
 def loss_curve(cell: Cell) -> tuple[list, list, list]:
@@ -63,37 +62,63 @@ def loss_curves_figure(study: Study) -> Path | None:
                                      title="training loss (mean over seeds, band: one std)")
 
 
+STALL_PART = "training stalls"
+
+
+def stall_check(where: dict, scaled: Cell, unscaled: Cell, vote: bool) -> Check | None:
+    """Per seed: unscaled progress - STALL_RATIO x the scaled twin's progress < 0."""
+    values = paired(unscaled, scaled, run_progress, run_progress, lambda u, s: u - STALL_RATIO * s)
+    return seed_check(where, values, lambda v: v < 0, f"progress unscaled - {STALL_RATIO} x scaled < 0",
+                      lambda m: -m, scaled.runs + unscaled.runs, vote=vote)
+
+
+def stall_checks(study: Study) -> list[Check]:
+    """Voted at each cell's best LR; shown (not voted) at the grid's LR and at every LR tried."""
+    checks = []
+    best = best_lr_cells(study.lr_cells)
+    places = [("best LR", scale_pairs(best, drop=("train.lr",)), True),
+              ("grid's LR", [p for p in scale_pairs(study.claim_cells) if trained(p[1]) and trained(p[2])], False),
+              ("every LR", scale_pairs(study.lr_cells), False)]
+    for at, pairs, vote in places:
+        for ctx, scaled, unscaled in pairs:
+            lrs = f"{scaled.get('train.lr'):g} / {unscaled.get('train.lr'):g}"
+            where = {"part": f"{STALL_PART} (at {at})", **ctx, "lr scaled/unscaled": lrs}
+            check = stall_check(where, scaled, unscaled, vote)
+            if check is not None:
+                checks.append(check)
+    return checks
+
+
 def claim(study: Study) -> ClaimResult:
-    checks, rows = [], []
-    for ctx, scaled, unscaled in scale_pairs(study.claim_cells):
-        g_s, g_u = cell_stat(scaled, at_init(mk.GRAD_SCORES)), cell_stat(unscaled, at_init(mk.GRAD_SCORES))
-        if g_s.n and g_u.n and g_s.mean > 0:
-            ratio = g_u.mean / g_s.mean
-            checks.append(Check({"part": "gradient through softmax vanishes", **ctx}, ratio <= VANISH_RATIO,
-                                value=f"ratio {ratio:.3g} ({g_u} / {g_s.mean:.3g})",
-                                threshold=f"<= {VANISH_RATIO}"))
-        else:
-            ratio = math.nan
-        p_s, p_u = cell_stat(scaled, run_progress), cell_stat(unscaled, run_progress)
-        if trained(scaled) and trained(unscaled):
-            checks.append(Check({"part": "training stalls", **ctx}, bool(p_u.mean < STALL_RATIO * p_s.mean),
-                                value=f"progress {p_u} (scaled {p_s.mean:.3g})",
-                                threshold=f"< {STALL_RATIO} x scaled = {STALL_RATIO * p_s.mean:.3g}"))
-        peaked = cell_stat(unscaled, at_init(mk.ATTN_MAX_PROB))
-        if not (trained(scaled) and trained(unscaled)):
-            p_s = p_u = stat([])  # an init-only experiment took no step: no progress to show
-        rows.append([context_label(ctx), ctx["d_k"], str(peaked), str(g_s), str(g_u), ratio, str(p_s), str(p_u),
-                     ", ".join(r.status for r in unscaled.runs)])
-    paths = [p for p in (loss_curves_figure(study), grad_scores_figure(study)) if p is not None]
-    header = ["where", "d_k", "unscaled max prob at init", "grad/scores at init, scaled", "grad/scores at init, "
-              "unscaled", "ratio unscaled/scaled", "progress, scaled", "progress, unscaled", "unscaled status"]
+    pairs = scale_pairs(study.claim_cells)
+    checks = []
+    for ctx, scaled, unscaled in pairs:
+        checks += vanish.vanish_checks("gradient through softmax vanishes", ctx, scaled, unscaled)
+    checks += stall_checks(study)
+    paths = [p for p in (loss_curves_figure(study), vanish.norm_ratio_figure(study.fig("c4_norm_ratio.png"), pairs))
+             if p is not None]
+    rows = vanish.norm_ratio_rows(pairs)
+    prog_rows = [[context_label(ctx), ctx["d_k"], str(stat(map(run_progress, s.runs))),
+                  str(stat(map(run_progress, u.runs))), ", ".join(r.status for r in u.runs)]
+                 for ctx, s, u in pairs if trained(s) and trained(u)]
+    tables = [md_table(vanish.NORM_RATIO_HEADER, rows)] if rows else []
+    if prog_rows:
+        tables.append(md_table(["where", "d_k", "progress at the grid's LR, scaled", "unscaled", "unscaled status"],
+                               prog_rows))
+    notes = [] if study.lr_cells else ["No LR sweep among the runs read: 'training stalls' is decided at each "
+                                       "cell's best LR, so it is not measured (shown at the grid's LR only); run "
+                                       "`andrea-exp -m experiment=lr_sensitivity seed=0,1,2`."]
     missing = missing_runs("pair of cells differing only in model.scale (true/false)", "claims_grid")
     return ClaimResult(
         "C4", "Peaked softmax makes gradients vanish elsewhere, and training stalls",
-        "for each pair of cells that differ only in the divisor: the norm of d loss / d scores at step 0 "
-        "(`grad/scores`, all layers) and training progress = (l_0 - final held-out loss) / (l_0 - floor), "
-        "l_0 the step-0 training loss, floor the data's entropy floor (0 when unknown); diverged runs have "
-        "progress 0. Whether it depends on q/k initialisation shows as the qk_init column when it is an axis.",
-        f"'gradient vanishes' passes when unscaled grad/scores <= {VANISH_RATIO} x scaled; 'training stalls' "
-        f"passes when unscaled progress < {STALL_RATIO} x scaled progress.",
-        checks, verdict(checks, missing), tables=[md_table(header, rows)] if rows else [], figures=paths)
+        "for each pair of cells that differ only in the divisor (twins: same d_k, init, LR, seed): the probe's "
+        "row instruments (grad/scores_dead_frac, attn/jac_dead_frac, grad/scores_row_p50) at step 0 and over "
+        f"{vanish.WINDOW_TEXT}; training progress = (l_0 - final held-out loss) / (l_0 - floor), l_0 the step-0 "
+        "training loss, floor the entropy floor (0 when unknown), 0 for runs that did not finish; each cell at "
+        "its best LR of the LR sweep (lowest final loss, mean over seeds), and shown at the grid's LR and at "
+        "every LR tried. The total norm grad/scores is shown as a ratio over time, not voted.",
+        f"'gradient vanishes': {vanish.RULE}. 'training stalls' (voted at the best LR only): per seed, unscaled "
+        f"progress < {STALL_RATIO} x its scaled twin's. A place passes when >= 2/3 of its seeds pass.",
+        checks, verdict(checks, missing), tables=tables, figures=paths, notes=notes,
+        thresholds={"DEAD_FRAC_GAP": vanish.DEAD_FRAC_GAP, "VANISH_RATIO": vanish.VANISH_RATIO,
+                    "STALL_RATIO": STALL_RATIO, "EARLY_WINDOW": vanish.EARLY_WINDOW})

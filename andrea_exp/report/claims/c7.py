@@ -1,10 +1,14 @@
 """C7: without the mask the model reads the future: loss as trained below the entropy floor, far above it at
-generation time; causal cells are the control."""
+generation time; causal cells are the control. Judged per seed on runs that trained (progress >=
+TRAINED_PROGRESS); an unmasked cell the grid's LR does not train is judged at its best LR of an LR sweep."""
 
 from __future__ import annotations
 
+import math
+
 from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
+from andrea_exp.report.bestlr import best_lr_cells
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims.common import (
     ClaimResult,
@@ -13,80 +17,140 @@ from andrea_exp.report.claims.common import (
     context_of,
     floor_of,
     missing_runs,
+    run_progress,
     trained,
 )
 from andrea_exp.report.rules import NOT_MEASURED, Check, Verdict, verdict
+from andrea_exp.report.seeds import per_seed, seed_check, seed_vote
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 
-LEAK_MARGIN = 0.02  # nats below the floor that count as "below" (and the causal control's tolerance)
+LEAK_MARGIN = 0.02  # nats below the floor that count as "below" when a run records no floor standard error
+FLOOR_SE_KEY = "eval/floor_se"  # the floor's sampling standard error, if the run's summary records it
+FLOOR_SE_MULTIPLE = 3.0  # with it: "below" means more than 3 standard errors below the floor
 CATASTROPHIC_SHARE = 0.5  # generation loss at least half way from the floor back to log V
+TRAINED_PROGRESS = 0.5  # a run "trained" when it closed >= half of (l_0 - floor) with its loss as trained
+SAME_MODEL = ("model.d_k", "model.scale", "model.causal", "model.qk_init", "model.qk_layernorm", "model.name")
 CAUSAL_CONTROL = "causal control stays at or above the floor"
+
+
+def margin_of(run) -> float:
+    se = run.summary.get(FLOOR_SE_KEY)
+    ok = isinstance(se, (int, float)) and not isinstance(se, bool) and math.isfinite(se) and se > 0
+    return FLOOR_SE_MULTIPLE * se if ok else LEAK_MARGIN
+
+
+def _below(run) -> float | None:
+    """floor - loss as trained - margin: > 0 when the loss is below the floor by more than the margin."""
+    value = run.last(mk.EVAL_BELOW_FLOOR)
+    return None if value is None else value - margin_of(run)
+
+
+def _far(run) -> float | None:
+    gen, tr, floor = run.last(mk.EVAL_LOSS_GENERATION), run.last(mk.EVAL_LOSS_AS_TRAINED), floor_of(run)
+    log_v = run.summary.get(mk.DATA_LOG_VOCAB)
+    if None in (gen, tr, floor) or not isinstance(log_v, (int, float)):
+        return None
+    # far above the floor AND far above its own loss as trained: an untrained model is also far above the floor
+    return min(gen - floor, gen - tr) - CATASTROPHIC_SHARE * (log_v - floor)
+
+
+def judged_cell(cell: Cell, best: list[Cell]) -> tuple[Cell, str]:
+    """The cell's runs that trained; an unmasked cell whose seeds mostly did not train moves to its best LR."""
+    ok = [run_progress(r) >= TRAINED_PROGRESS for r in cell.runs]
+    if not cell.get("model.causal") and not seed_vote(ok):
+        for other in best:
+            if all(other.get(k) == cell.get(k) for k in SAME_MODEL):
+                return judged_cell_runs(other), f"best LR {other.get('train.lr'):g}"
+    return judged_cell_runs(cell), "grid's LR"
+
+
+def judged_cell_runs(cell: Cell) -> Cell:
+    runs = [r for r in cell.runs if floor_of(r) is not None and run_progress(r) >= TRAINED_PROGRESS]
+    return Cell(cell.axes, runs, cell.experiment, cell.kind)
 
 
 def claim(study: Study) -> ClaimResult:
     checks, rows = [], []
     groups, as_trained, generation, floors = [], [], [], []
+    best = best_lr_cells(study.lr_cells)
     one_experiment = len({c.experiment for c in study.claim_cells if trained(c)}) == 1  # then bars need no [name]
+    margins = set()
     for full_cell in study.claim_cells:
-        cell = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None], full_cell.experiment,
-                    full_cell.kind)
-        if not cell.runs or not trained(cell):
+        if not trained(full_cell):
             continue
-        ctx = context_of(cell, ("model.causal",))
-        causal = bool(cell.get("model.causal"))
-        below = cell_stat(cell, lambda r: r.last(mk.EVAL_BELOW_FLOOR))
-        gen = cell_stat(cell, lambda r: r.last(mk.EVAL_LOSS_GENERATION))
-        tr = cell_stat(cell, lambda r: r.last(mk.EVAL_LOSS_AS_TRAINED))
-        floor = stat(map(floor_of, cell.runs)).mean
-        log_v = stat(r.summary.get(mk.DATA_LOG_VOCAB) for r in cell.runs).mean
-        if causal:
-            if below.n:
-                checks.append(Check({"part": CAUSAL_CONTROL, **ctx}, below.mean <= LEAK_MARGIN,
-                                    value=f"floor - loss {below}", threshold=f"<= {LEAK_MARGIN}"))
+        cell, at = judged_cell(full_cell, best)
+        ctx = {**context_of(full_cell, ("model.causal",)), "at": at}
+        skipped = len(full_cell.runs) - len(cell.runs)
+        shown = Cell(full_cell.axes, [r for r in full_cell.runs if floor_of(r) is not None], full_cell.experiment)
+        if shown.runs:  # the bars show every cell with a floor, trained or not: the table says which trained
+            tr = cell_stat(shown, lambda r: r.last(mk.EVAL_LOSS_AS_TRAINED))
+            gen = cell_stat(shown, lambda r: r.last(mk.EVAL_LOSS_GENERATION))
+            floor = stat(map(floor_of, shown.runs)).mean
+            where = context_of(full_cell, ())
+            rows.append([context_label(where, skip=()), at, str(tr), str(gen), floor,
+                         str(cell_stat(shown, lambda r: r.last(mk.EVAL_BELOW_FLOOR))),
+                         stat(r.summary.get(mk.DATA_LOG_VOCAB) for r in shown.runs).mean,
+                         f"{len(cell.runs)} of {len(cell.runs) + skipped}"])
+            groups.append(context_label(where, skip=("experiment",) if one_experiment else ()))
+            as_trained.append((tr.mean, tr.std))
+            generation.append((gen.mean, gen.std))
+            floors.append(floor)
+        if not cell.runs:
+            continue
+        margins |= {margin_of(r) for r in cell.runs}
+        runs = cell.runs
+        if cell.get("model.causal"):
+            found = [seed_check({"part": CAUSAL_CONTROL, **ctx}, per_seed(cell, _below), lambda v: v <= 0,
+                                "floor - loss - margin <= 0", lambda m: -m, runs)]
         else:
-            if below.n:
-                checks.append(Check({"part": "loss as trained below the floor", **ctx}, below.mean > LEAK_MARGIN,
-                                    value=f"floor - loss {below}", threshold=f"> {LEAK_MARGIN}"))
-            if gen.n and tr.n:
-                # far above the floor AND far above its own loss as trained: an untrained model is also far
-                # above the floor, but that is no train/generation divergence
-                gap = min(gen.mean - floor, gen.mean - tr.mean)
-                far = gap >= CATASTROPHIC_SHARE * (log_v - floor)
-                checks.append(Check({"part": "generation loss far above the floor and the loss as trained", **ctx},
-                                    bool(far), value=f"{gap:.3g} (generation {gen})",
-                                    threshold=f">= {CATASTROPHIC_SHARE * (log_v - floor):.3g}"))
-        where = context_of(cell, ())
-        rows.append([context_label(where, skip=()), str(tr), str(gen), floor, str(below), log_v])
-        groups.append(context_label(where, skip=("experiment",) if one_experiment else ()))
-        as_trained.append((tr.mean, tr.std))
-        generation.append((gen.mean, gen.std))
-        floors.append(floor)
+            found = [seed_check({"part": "loss as trained below the floor", **ctx}, per_seed(cell, _below),
+                                lambda v: v > 0, "floor - loss - margin > 0", lambda m: m, runs),
+                     seed_check({"part": "generation loss far above the floor and the loss as trained", **ctx},
+                                per_seed(cell, _far), lambda v: v >= 0,
+                                f"min(gen - floor, gen - as trained) - {CATASTROPHIC_SHARE} x (log V - floor) >= 0",
+                                lambda m: m, runs)]
+        checks += [c for c in found if c is not None]
     paths = []
     if groups:
         paths.append(figures.grouped_bars(study.fig("c7_leak_gap.png"), groups,
                                           {"as trained": as_trained, "at generation": generation},
                                           ylabel="held-out loss (nats)", title="loss as trained vs at generation",
                                           per_group_marks={"entropy floor": floors}))
-    header = ["cell", "loss as trained", "loss at generation", "floor", "floor - as trained", "log V"]
+    recorded = margins - {LEAK_MARGIN}
+    notes = [f"Margin below the floor: {FLOOR_SE_MULTIPLE:g} x the floor's sampling standard error where the run "
+             f"records `{FLOOR_SE_KEY}`; else the constant {LEAK_MARGIN} nats. "
+             + ("Every run judged records it." if not (margins & {LEAK_MARGIN}) else
+                "The runs read do not all record it: the constant is used for those." if recorded else
+                "No run read records it: the constant is used.")]
+    header = ["cell", "judged at", "loss as trained (all seeds)", "loss at generation", "floor", "floor - as trained",
+              "log V", "seeds that trained (judged)"]
     return ClaimResult(
         "C7", "Without the mask the model learns a shortcut; at generation the shortcut is gone",
         "final held-out loss as trained (teacher forcing with the run's own mask), loss at generation time "
-        "(each position sees only its prefix), and the data's exact entropy floor, per cell; causal cells are "
-        "the control.",
-        f"'below the floor' passes when floor - loss as trained > {LEAK_MARGIN} nats; 'far above' passes when "
-        f"generation loss minus both the floor and the loss as trained >= {CATASTROPHIC_SHARE} x (log V - floor); "
-        "the causal control (a check of the measurement, not part of the verdict) passes when its "
-        f"loss is not below the floor by more than {LEAK_MARGIN}.",
-        checks, c7_verdict(checks), tables=[md_table(header, rows)] if rows else [], figures=paths)
+        "(each position sees only its prefix), and the data's exact entropy floor, per seed, on the runs that "
+        f"trained (progress >= {TRAINED_PROGRESS}); an unmasked cell whose seeds mostly did not train at the grid's "
+        "LR is judged at its best LR of an LR sweep when one ran it. Causal cells are the control.",
+        f"per seed: 'below the floor' when floor - loss as trained > margin; 'far above' when generation loss minus "
+        f"both the floor and the loss as trained >= {CATASTROPHIC_SHARE} x (log V - floor); the causal control (a "
+        "check of the measurement, not part of the verdict) when its loss is not below the floor by more than the "
+        "margin. A place passes when >= 2/3 of its seeds pass.",
+        checks, c7_verdict(checks, any(not c.get("model.causal") for c in study.claim_cells if trained(c))),
+        tables=[md_table(header, rows)] if rows else [], figures=paths, notes=notes,
+        thresholds={"LEAK_MARGIN": LEAK_MARGIN, "FLOOR_SE_MULTIPLE": FLOOR_SE_MULTIPLE,
+                    "CATASTROPHIC_SHARE": CATASTROPHIC_SHARE, "TRAINED_PROGRESS": TRAINED_PROGRESS})
 
 
-def c7_verdict(checks: list[Check]) -> Verdict:
+def c7_verdict(checks: list[Check], unmasked_ran: bool = False) -> Verdict:
     """The causal control alone measures nothing about the claim: without an unmasked cell it is not measured."""
     claim = [c for c in checks if c.where["part"] != CAUSAL_CONTROL]
+    if not claim and unmasked_ran:
+        return Verdict(NOT_MEASURED, f"unmasked cells ran, but no seed trained (progress >= {TRAINED_PROGRESS}) at "
+                       "the grid's LR or at a best LR of an LR sweep: train longer or sweep train.lr")
     if not claim:
-        return Verdict(NOT_MEASURED, missing_runs("unmasked cell (model.causal=false) with a known floor", "leak_gap"))
+        return Verdict(NOT_MEASURED, missing_runs("unmasked cell (model.causal=false) that trained, with a known "
+                                                  "floor", "leak_gap"))
     result = verdict(claim)  # the control is a sanity check of the measurement, not a part of the claim
     if not all(c.ok for c in checks if c.where["part"] == CAUSAL_CONTROL):
         result.condition = (result.condition + "; " if result.condition else "") + \

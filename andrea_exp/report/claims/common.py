@@ -9,6 +9,7 @@ from pathlib import Path
 
 from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
+from andrea_exp.report.bestlr import final_loss  # noqa: F401  (claims and lr.py read it from here)
 from andrea_exp.report.cells import INIT_ONLY, Cell, short
 from andrea_exp.report.rules import Check, Verdict, progress
 from andrea_exp.report.runs import Run
@@ -17,7 +18,6 @@ from andrea_exp.report.study import Study
 
 # Thresholds more than one claim uses (each claim module holds its own; all are printed beside the verdict).
 PEAKED_MAX_PROB = 0.5  # a row is dominated by one position when its max probability is >= 0.5 (mean over rows)
-VANISH_RATIO = 0.1  # "vanishes": at least 10x smaller than with the divisor
 
 
 @dataclass
@@ -31,6 +31,7 @@ class ClaimResult:
     tables: list[str] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    thresholds: dict = field(default_factory=dict)  # the module constants the rule uses, printed by the verdict
 
 
 def cell_stat(cell: Cell, fn) -> Stat:
@@ -52,11 +53,12 @@ def context_label(ctx: dict, skip=("d_k",)) -> str:
     return " ".join(t for t in (exp, axes) if t) or "all"
 
 
-def scale_pairs(cells: list[Cell]) -> list[tuple[dict, Cell, Cell]]:
-    """(context, scaled cell, unscaled cell) for every context that has both 1/sqrt(d_k) and no divisor."""
+def scale_pairs(cells: list[Cell], drop: tuple[str, ...] = ()) -> list[tuple[dict, Cell, Cell]]:
+    """(context, scaled cell, unscaled cell) for every context that has both 1/sqrt(d_k) and no divisor;
+    `drop` names axes the twins may differ in (train.lr when each sits at its own best LR)."""
     groups: dict[str, dict] = {}
     for cell in cells:
-        ctx = context_of(cell, ("model.scale",))
+        ctx = context_of(cell, ("model.scale", *drop))
         key = repr(sorted(ctx.items(), key=lambda kv: kv[0]))
         groups.setdefault(key, {"ctx": ctx})[cell.get("model.scale")] = cell
     pairs = [(g["ctx"], g["sqrt"], g["none"]) for g in groups.values() if "sqrt" in g and "none" in g]
@@ -74,13 +76,6 @@ def at_end(key: str):
 def floor_of(run: Run) -> float | None:
     value = run.last(mk.EVAL_FLOOR)
     return value if value is not None and math.isfinite(value) else None
-
-
-def final_loss(run: Run) -> float | None:
-    """Final held-out loss as trained; None for a run that did not finish."""
-    if run.status != "finished":
-        return None
-    return run.last(mk.EVAL_LOSS_AS_TRAINED)
 
 
 def trained(cell: Cell) -> bool:

@@ -1,0 +1,53 @@
+"""The best learning rate of each cell of an LR sweep: cells that differ only in train.lr form a group;
+best = the lowest final held-out loss, mean over seeds, a run that did not finish counted at l_0 (its
+step-0 loss). Ties go to the smaller LR."""
+
+from __future__ import annotations
+
+import math
+
+from andrea_exp import metric_keys as mk
+from andrea_exp.report.cells import LR, LR_SWEEP, Cell
+from andrea_exp.report.runs import Run
+from andrea_exp.report.stats import stat
+
+
+def final_loss(run: Run) -> float | None:
+    """Final held-out loss as trained; None for a run that did not finish."""
+    if run.status != "finished":
+        return None
+    return run.last(mk.EVAL_LOSS_AS_TRAINED)
+
+
+def capped_final(run: Run) -> float | None:
+    """min(final loss, l_0); l_0 for a run that did not finish; None when neither is known."""
+    l0 = run.initial_loss()
+    loss = final_loss(run)
+    if loss is None or not math.isfinite(loss):
+        return l0
+    return min(loss, l0) if l0 is not None else loss
+
+
+def lr_groups(cells: list[Cell]) -> list[list[Cell]]:
+    """LR-sweep cells grouped by experiment and every axis but train.lr."""
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        if cell.kind != LR_SWEEP or LR not in cell.axes:
+            continue
+        key = repr((cell.experiment, sorted((k, str(v)) for k, v in cell.axes.items() if k != LR)))
+        groups.setdefault(key, []).append(cell)
+    return [sorted(g, key=lambda c: float(c.get(LR))) for g in groups.values()]
+
+
+def mean_final(cell: Cell) -> float:
+    st = stat(capped_final(run) for run in cell.runs)
+    return st.mean if st.n else math.inf
+
+
+def best_cell(group: list[Cell]) -> Cell:
+    return min(group, key=lambda c: (mean_final(c), float(c.get(LR))))
+
+
+def best_lr_cells(cells: list[Cell]) -> list[Cell]:
+    """One cell per group: the one at its best LR."""
+    return [best_cell(g) for g in lr_groups(cells)]

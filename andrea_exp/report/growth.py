@@ -1,0 +1,101 @@
+"""Section "Logit growth and its fixes": the `extras` experiment (d_k x divisor sqrt / inv (1/d_k) x
+QK-LayerNorm off / on, over LRs). Per (d_k, fix): the largest LR that trains, the final loss per LR, the LR
+sensitivity (lr.lr_sensitivity, per seed then mean), and curves over steps of the max logit
+(attn/score_max), the spectral norm of scale * W_q W_k^T (attn/qk_spectral) and the attention entropy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from andrea_exp import metric_keys as mk
+from andrea_exp.report import figures
+from andrea_exp.report.bestlr import capped_final
+from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.claims.common import run_progress
+from andrea_exp.report.lr import lr_sensitivity
+from andrea_exp.report.seeds import seed_vote
+from andrea_exp.report.stats import stat
+from andrea_exp.report.table import md_table
+
+EXPERIMENT = "extras"
+TRAINS_PROGRESS = 0.5  # an LR "trains" a cell when >= 2/3 of its seeds finish with progress >= 0.5
+CURVE_KEYS = (mk.ATTN_SCORE_MAX, mk.ATTN_QK_SPECTRAL, mk.ATTN_ENTROPY)
+BASELINE = "scale=sqrt ln=False"
+
+
+def fix_of(cell: Cell) -> str:
+    return f"scale={cell.get('model.scale')} ln={bool(cell.get('model.qk_layernorm'))}"
+
+
+def trains(cell: Cell) -> bool:
+    return seed_vote(r.status == "finished" and run_progress(r) >= TRAINS_PROGRESS for r in cell.runs)
+
+
+def grouped(cells: list[Cell]) -> dict[tuple, dict[float, Cell]]:
+    """(d_k, fix) -> lr -> cell, for the extras experiment's cells."""
+    out: dict[tuple, dict[float, Cell]] = {}
+    for cell in cells:
+        if EXPERIMENT in cell.experiment.split("+") or cell.experiment.startswith(EXPERIMENT + " "):
+            out.setdefault((cell.get("model.d_k"), fix_of(cell)), {})[float(cell.get(LR))] = cell
+    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1])))
+
+
+def sensitivity(by_lr: dict[float, Cell]) -> tuple:
+    """Stat over seeds of lr_sensitivity over the LRs each seed ran (l_0: that seed's step-0 loss)."""
+    per_seed: dict = {}
+    l0: dict = {}
+    for lr, cell in by_lr.items():
+        for run in cell.runs:
+            per_seed.setdefault(run.seed, {})[lr] = capped_final(run)
+            if run.initial_loss() is not None:
+                l0[run.seed] = run.initial_loss()
+    return stat(lr_sensitivity(v, l0[s]) for s, v in per_seed.items() if len(v) >= 2 and s in l0)
+
+
+def curve(cell: Cell, key: str) -> list[tuple]:
+    per_step: dict[int, list[float]] = {}
+    for run in cell.runs:
+        for s, v in zip(*run.series(key)):
+            per_step.setdefault(s, []).append(v)
+    return [(s, stat(v).mean, stat(v).std) for s, v in sorted(per_step.items()) if stat(v).n]
+
+
+def curve_lr(groups: dict, d_k) -> float | None:
+    """The LR the curves are drawn at: the smallest at which the baseline fails to train, else the largest."""
+    base = groups.get((d_k, BASELINE), {})
+    failing = [lr for lr, cell in sorted(base.items()) if not trains(cell)]
+    lrs = sorted({lr for (d, _), by_lr in groups.items() if d == d_k for lr in by_lr})
+    return failing[0] if failing else (lrs[-1] if lrs else None)
+
+
+def growth_section(cells: list[Cell], fig_path: Path) -> str:
+    intro = ("## Logit growth and its fixes\n\n"
+             "The `extras` experiment: the divisor 1/sqrt(d_k) against 1/d_k (muP), QK-LayerNorm off/on, per d_k, "
+             f"over LRs. An LR trains a cell when >= 2/3 of its seeds finish with progress >= {TRAINS_PROGRESS}. "
+             "LR sensitivity (Wortsman et al. 2023) = mean over the LRs of [min(l(eta), l_0) - l*], per seed "
+             "(l_0 its step-0 loss, l* its best final loss, a run that did not finish at l_0), then over seeds.\n\n")
+    groups = grouped(cells)
+    if not groups:
+        return intro + f"**not measured**: no `{EXPERIMENT}` runs among the runs read; run `andrea-exp -m " \
+                       f"experiment={EXPERIMENT} seed=0,1,2` and pass its sweep directory.\n"
+    lrs = sorted({lr for by_lr in groups.values() for lr in by_lr})
+    rows = []
+    for (d_k, fix), by_lr in groups.items():
+        good = [lr for lr, c in by_lr.items() if trains(c)]
+        losses = [f"{stat(map(capped_final, by_lr[lr].runs)).mean:.3f}" if lr in by_lr else "-" for lr in lrs]
+        rows.append([d_k, fix, f"{max(good):g}" if good else "none", *losses, str(sensitivity(by_lr))])
+    table = md_table(["d_k", "fix", "largest LR that trains", *[f"loss at lr={lr:g}" for lr in lrs],
+                      "LR sensitivity"], rows)
+    panels = []
+    for d_k in sorted({d for d, _ in groups}):
+        lr = curve_lr(groups, d_k)
+        for key in CURVE_KEYS:
+            series = {fix: curve(by_lr[lr], key) for (d, fix), by_lr in groups.items() if d == d_k and lr in by_lr}
+            panels.append({"title": f"d_k={d_k}, lr={lr:g}: {key}", "xlabel": "step", "ylabel": key,
+                           "series": {k: v for k, v in series.items() if v},
+                           "logy": key != mk.ATTN_ENTROPY})
+    path = figures.line_panels(fig_path, panels, n_cols=len(CURVE_KEYS))
+    return intro + table + ("\n\nCurves (mean over seeds) at, per d_k, the smallest LR at which the baseline "
+                            f"({BASELINE}) does not train, else the largest LR: "
+                            f"![logit growth](figures/{path.name})\n")
+

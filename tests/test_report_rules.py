@@ -1,0 +1,357 @@
+"""Every rule of the report both ways, on hand-made Run objects (records + summary + config): where it must
+hold and where it must fail, including each stated condition (premise, seed vote, best LR, dedupe)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from andrea_exp.report import bestlr, growth, static
+from andrea_exp.report.__main__ import main as report_main
+from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
+from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
+from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED
+from andrea_exp.report.runs import Run
+from andrea_exp.report.seeds import distinct_cells, seed_check, seed_vote, seeds_needed, window_mean
+from andrea_exp.report.stats import stat
+from andrea_exp.report.study import Study
+
+GRID_LR = 3e-3  # conf/train/default.yaml: an LR sweep's cells at this LR vote as the grid's LR
+JOB = iter(range(10 ** 6))
+
+
+def make_run(seed=0, *, name="claims_grid", scale="sqrt", d_k=64, lr=GRID_LR, causal=True, qk_init="unit", ln=False,
+             max_steps=1000, status="finished", l0=4.0, final=2.0, floor=1.0, probes=None, summary=None) -> Run:
+    """probes: step -> {key: value}; train/loss at step 0 is l0; final = eval/loss_as_trained."""
+    config = {"seed": seed, "name": name, "model.d_k": d_k, "model.scale": scale, "model.causal": causal,
+              "model.qk_init": qk_init, "model.qk_layernorm": ln, "train.lr": lr, "train.max_steps": max_steps}
+    records = [{"step": 0, "train/loss": l0}]
+    for step, values in sorted((probes or {}).items()):
+        records.append({"step": step, **values})
+    full = {"run/status": status, "eval/loss_as_trained": final, "eval/floor": floor, "data/log_vocab": 5.0,
+            **(summary or {})}
+    if final is not None:
+        full["eval/below_floor"] = floor - final
+    return Run(Path(f"/sweeps/{name}/{next(JOB)}"), config, full, records)
+
+
+SYNTHETIC = []
+
+
+@pytest.fixture(autouse=True)
+def synthetic_once(monkeypatch):
+    """The synthetic softmax rows are the same for every study: computed once for the whole file."""
+    if not SYNTHETIC:
+        SYNTHETIC.append(static.synthetic_softmax())
+    monkeypatch.setattr(static, "synthetic_softmax", lambda: SYNTHETIC[0])
+
+
+def study_of(runs, tmp_path) -> Study:
+    return Study(runs, group_experiments(runs), tmp_path)
+
+
+def model_checks(result, part=None):
+    return [c for c in result.checks if c.where.get("source") != "synthetic" and
+            (part is None or c.where.get("part", "").startswith(part))]
+
+
+# ------------------------------------------------------------------ seeds, intervals, dedupe, window
+def test_seed_vote_two_of_three():
+    assert [seeds_needed(n) for n in (1, 2, 3, 4, 6)] == [1, 2, 2, 3, 4]
+    assert seed_vote([True, True, False]) and not seed_vote([True, False, False]) and not seed_vote([])
+    ok = seed_check({"d_k": 64}, {0: 0.9, 1: 0.8, 2: 0.1}, lambda v: v >= 0.5, ">= 0.5", lambda m: m - 0.5)
+    split = seed_check({"d_k": 64}, {0: 0.9, 1: 0.2, 2: 0.1}, lambda v: v >= 0.5, ">= 0.5", lambda m: m - 0.5)
+    assert ok.ok and not split.ok  # 2 of 3 passes, 1 of 3 fails
+    assert "0: 0.9" in split.value and "1 of 3 pass" in split.value and "(>= 2 of 3 seeds)" in split.threshold
+    assert split.distance == pytest.approx(0.4 - 0.5)
+    assert seed_check({}, {}, bool, "", float) is None
+
+
+def test_t_interval_by_hand():
+    s = stat([1.0, 2.0, 3.0])  # mean 2, std 1, n 3: half width t_{0.975,2} / sqrt(3)
+    assert s.half_width == pytest.approx(4.303 / math.sqrt(3))
+    assert "95% CI" in str(s) and math.isnan(stat([1.0]).half_width)
+
+
+def test_identical_runs_across_experiments_count_once(tmp_path):
+    a = make_run(0, name="claims_grid")
+    twin = make_run(0, name="qk_init")  # same science and seed, another experiment's name
+    other_seed = make_run(1, name="qk_init")
+    cell = Cell({}, [a, twin, other_seed], "claims_grid+qk_init")
+    (kept,) = distinct_cells([cell])
+    assert [r.seed for r in kept.runs] == [0, 1]
+    failed_first = make_run(0, status="failed")
+    (kept,) = distinct_cells([Cell({}, [failed_first, a], "x")])
+    assert kept.runs == [a]  # a finished copy preferred
+    study = study_of([a, twin, other_seed], tmp_path)
+    assert sum(len(c.runs) for c in study.claim_cells) == 2
+
+
+def test_window_mean_over_the_early_probes():
+    run = make_run(probes={s: {"k": float(s)} for s in range(0, 401, 100)})
+    assert window_mean("k")(run) == pytest.approx(100.0)  # steps 0, 100, 200
+    assert window_mean("missing")(run) is None
+
+
+# ------------------------------------------------------------------ best LR
+def lr_cell(lr, finals, scale="sqrt", l0=4.0):
+    runs = [make_run(s, name="lr_sensitivity", lr=lr, scale=scale, l0=l0, final=f,
+                     status="finished" if f is not None else "diverged") for s, f in enumerate(finals)]
+    return Cell({"train.lr": lr, "model.scale": scale}, runs, "lr_sensitivity", LR_SWEEP)
+
+
+def test_best_lr_picks_the_lowest_mean_final_loss():
+    cells = [lr_cell(1e-3, [2.0, 2.2]), lr_cell(1e-2, [1.5, 1.9]), lr_cell(1e-1, [None, 1.0])]
+    # means 2.1, 1.7, (4.0 + 1.0) / 2 = 2.5: the diverged seed counts at l_0
+    assert bestlr.best_cell(cells).get("train.lr") == 1e-2
+    cells.append(lr_cell(1e-4, [1.5, 1.9]))  # a tie goes to the smaller LR
+    assert bestlr.best_cell(cells).get("train.lr") == 1e-4
+    assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none")])) == 2
+
+
+# ------------------------------------------------------------------ C4 / C9: the gradient vanishes (rows)
+def grad_probes(dead, jac_dead, p50, total=1.0, later=None):
+    first = {"grad/scores_dead_frac": dead, "attn/jac_dead_frac": jac_dead, "grad/scores_row_p50": p50,
+             "grad/scores": total, "attn/score_std": 1.0, "attn/max_prob": 0.2}
+    return {0: first, 100: later or first}
+
+
+def pair_runs(seeds_dead, d_k=64, later_dead=None):
+    """Scaled twins alive; unscaled seeds dead (True) or alive (False)."""
+    runs = []
+    for seed, dead in enumerate(seeds_dead):
+        later = None if later_dead is None else grad_probes(*(later_dead if dead else (0.0, 0.0, 1.0)))[0]
+        runs.append(make_run(seed, scale="sqrt", d_k=d_k, probes=grad_probes(0.0, 0.0, 1.0)))
+        runs.append(make_run(seed, scale="none", d_k=d_k,
+                             probes=grad_probes(*((0.9, 0.9, 0.01) if dead else (0.0, 0.0, 1.0)), later=later)))
+    return runs
+
+
+def test_vanishing_gradient_on_rows_both_ways(tmp_path):
+    part = "gradient through softmax vanishes"
+    held = model_checks(c4.claim(study_of(pair_runs([True, True, True]), tmp_path)), part)
+    assert len(held) == 6 and all(c.ok for c in held)  # 3 instruments x (init, early window)
+    alive = model_checks(c4.claim(study_of(pair_runs([False, False, False]), tmp_path)), part)
+    assert alive and not any(c.ok for c in alive)
+    split = model_checks(c4.claim(study_of(pair_runs([True, False, False]), tmp_path)), part)
+    assert not any(c.ok for c in split)  # 1 of 3 seeds
+    two = model_checks(c4.claim(study_of(pair_runs([True, True, False]), tmp_path)), part)
+    assert all(c.ok for c in two)  # 2 of 3 seeds
+
+
+def test_vanishing_only_at_init_shows_in_the_window(tmp_path):
+    # dead at step 0, alive at step 100: the window mean (0.45 dead) is below the gap
+    checks = model_checks(c4.claim(study_of(pair_runs([True] * 3, later_dead=(0.0, 0.0, 1.0)), tmp_path)), "gradient")
+    by_when = {(c.where["when"], c.where["instrument"]): c.ok for c in checks}
+    assert all(ok for (when, _), ok in by_when.items() if when == "init")
+    assert not any(ok for (when, _), ok in by_when.items() if when == vanish.WINDOW_TEXT)
+
+
+def test_total_norm_is_not_voted(tmp_path):
+    # rows alive but a tiny total norm: nothing votes "vanishes"
+    runs = pair_runs([False] * 3)
+    for run in runs:
+        if run.config["model.scale"] == "none":
+            for r in run.records:
+                if "grad/scores" in r:
+                    r["grad/scores"] = 1e-6
+    result = c4.claim(study_of(runs, tmp_path))
+    assert not any(c.ok for c in model_checks(result, "gradient"))
+
+
+def test_c9_row_gradient_falls_with_d_k_both_ways(tmp_path):
+    runs = pair_runs([True] * 3, d_k=64) + pair_runs([True] * 3, d_k=4096)
+    for run in runs:  # unscaled median row gradient 10x lower at 4096
+        if run.config["model.scale"] == "none" and run.config["model.d_k"] == 4096:
+            for r in run.records:
+                if "grad/scores_row_p50" in r:
+                    r["grad/scores_row_p50"] = 0.001
+    falls = model_checks(c9.claim(study_of(runs, tmp_path)), c9.PART_FALLS)
+    flat = model_checks(c9.claim(study_of(runs, tmp_path)), c9.PART_FLAT)
+    assert len(falls) == 1 and falls[0].ok and flat[0].ok
+    same = model_checks(c9.claim(study_of(pair_runs([True] * 3, 64) + pair_runs([True] * 3, 4096), tmp_path)),
+                        c9.PART_FALLS)
+    assert not same[0].ok  # no fall when d_k changes nothing
+
+
+# ------------------------------------------------------------------ C4: training stalls, at the best LR
+def stall_runs(unscaled_finals_by_lr):
+    runs = []
+    for lr, u_final in unscaled_finals_by_lr.items():
+        for seed in range(3):
+            runs.append(make_run(seed, name="lr_sensitivity", lr=lr, scale="sqrt", final=1.5 if lr == 1e-3 else 3.0))
+            runs.append(make_run(seed, name="lr_sensitivity", lr=lr, scale="none", final=u_final))
+    return runs
+
+
+def test_stalls_is_decided_at_each_cells_best_lr(tmp_path):
+    # unscaled stalls at the scaled cell's best LR (1e-3) but trains at its own best LR (1e-4)
+    trains_elsewhere = c4.claim(study_of(stall_runs({1e-4: 1.5, 1e-3: 3.9}), tmp_path))
+    voted = [c for c in model_checks(trains_elsewhere, "training stalls") if c.vote]
+    assert len(voted) == 1 and voted[0].where["lr scaled/unscaled"] == "0.001 / 0.0001"  # each at its best LR
+    assert not voted[0].ok
+    shown = [c for c in model_checks(trains_elsewhere, "training stalls (at every LR)")]
+    assert {c.ok for c in shown} == {True, False} and not any(c.vote for c in shown)
+    stalls = c4.claim(study_of(stall_runs({1e-4: 3.9, 1e-3: 3.8}), tmp_path))
+    (voted,) = [c for c in model_checks(stalls, "training stalls") if c.vote]
+    assert voted.ok
+
+
+# ------------------------------------------------------------------ C3: premise
+def peak_runs(raw_std, u_max_prob):
+    runs = []
+    for seed in range(3):
+        runs.append(make_run(seed, scale="sqrt", probes={0: {"attn/max_prob": 0.2, "attn/score_std": 1.0},
+                                                         500: {"attn/max_prob": 0.2}}))
+        runs.append(make_run(seed, scale="none", probes={0: {"attn/max_prob": u_max_prob, "attn/score_std": raw_std},
+                                                         500: {"attn/max_prob": 0.1}}))
+    return runs
+
+
+def test_c3_premise_met_or_not(tmp_path):
+    (peaked, end) = model_checks(c3.claim(study_of(peak_runs(8.0, 0.9), tmp_path)))
+    assert peaked.ok and peaked.vote and peaked.where["premise"] == "met" and not end.vote  # end shown only
+    (flat, _) = model_checks(c3.claim(study_of(peak_runs(8.0, 0.3), tmp_path)))
+    assert not flat.ok and flat.vote
+    (unmet, _) = model_checks(c3.claim(study_of(peak_runs(1.0, 0.9), tmp_path)))
+    assert not unmet.vote and unmet.where["premise"] == "not met"
+    alone = c3.premise_verdict([unmet])
+    assert alone.verdict == NOT_MEASURED and "premise" in alone.condition
+    with_met = c3.premise_verdict([peaked, unmet])
+    assert with_met.verdict == CONDITIONAL and "not met" in with_met.condition
+    assert c3.premise_verdict([peaked]).verdict == HOLDS and c3.premise_verdict([flat]).verdict == FAILS
+
+
+# ------------------------------------------------------------------ C5: invariance across d_k
+def test_c5_invariance_across_d_k_both_ways(tmp_path):
+    def runs(std_4096):
+        out = []
+        for seed in range(3):
+            for d_k, std in ((64, 1.0), (4096, std_4096)):
+                out.append(make_run(seed, d_k=d_k, final=1.5, probes={0: {"attn/score_std": std, "attn/max_prob": 0.2},
+                                                                      500: {"attn/score_std": std}}))
+        return out
+    ok = model_checks(c5.claim(study_of(runs(1.2), tmp_path)), "score std invariant")
+    assert len(ok) == 2 and all(c.ok for c in ok)  # init and over training
+    bad = model_checks(c5.claim(study_of(runs(8.0), tmp_path)), "score std invariant")
+    assert not any(c.ok for c in bad)
+    near = model_checks(c5.claim(study_of(runs(1.2), tmp_path)), "score std near 1")
+    assert all(c.ok for c in near)
+    assert not any(c.ok for c in model_checks(c5.claim(study_of(runs(8.0), tmp_path)), "score std near 1")[1:])
+
+
+def test_c5_not_peaked_and_training_proceeds_both_ways(tmp_path):
+    def parts(max_prob, final, status="finished"):
+        runs = [make_run(s, final=final, status=status, probes={0: {"attn/score_std": 1.0, "attn/max_prob": max_prob}})
+                for s in range(3)]
+        return {c.where["part"]: c for c in c5.claim(study_of(runs, tmp_path)).checks}
+    good = parts(0.2, 1.5)  # progress (4 - 1.5) / 3 = 0.83
+    assert good["softmax not peaked at init"].ok and good["training proceeds"].ok
+    bad = parts(0.8, 3.5)  # progress 0.17
+    assert not bad["softmax not peaked at init"].ok and not bad["training proceeds"].ok
+    assert not parts(0.2, 1.5, status="diverged")["training proceeds"].ok
+
+
+# ------------------------------------------------------------------ C7: per seed, on runs that trained
+def leak_runs(unmasked_finals, generation=4.5, floor_se=None):
+    runs = []
+    for seed, final in enumerate(unmasked_finals):
+        summary = {"eval/loss_generation": generation, **({"eval/floor_se": floor_se} if floor_se else {})}
+        runs.append(make_run(seed, name="leak_gap", causal=False, final=final, summary=summary))
+        control = {**summary, "eval/loss_generation": 1.2}
+        runs.append(make_run(seed, name="leak_gap", causal=True, final=1.2, summary=control))
+    return runs
+
+
+def c7_parts(runs, tmp_path):
+    result = c7.claim(study_of(runs, tmp_path))
+    return {c.where["part"]: c for c in result.checks}, result
+
+
+def test_c7_leak_both_ways(tmp_path):
+    parts, result = c7_parts(leak_runs([0.5, 0.5, 0.5]), tmp_path)  # floor 1.0: 0.5 nats below
+    assert parts["loss as trained below the floor"].ok and parts[c7.CAUSAL_CONTROL].ok
+    assert parts["generation loss far above the floor and the loss as trained"].ok  # 4.5 - 1 >= 0.5 x (5 - 1)
+    assert result.verdict.verdict == HOLDS
+    parts, _ = c7_parts(leak_runs([1.01, 1.01, 1.01]), tmp_path)  # within the constant margin of 0.02
+    assert not parts["loss as trained below the floor"].ok
+    parts, _ = c7_parts(leak_runs([0.5, 0.5, 0.5], generation=2.0), tmp_path)
+    assert not parts["generation loss far above the floor and the loss as trained"].ok
+
+
+def test_c7_margin_from_the_floor_standard_error(tmp_path):
+    # 0.05 below the floor: above the constant 0.02, but not 3 standard errors of 0.03
+    parts, result = c7_parts(leak_runs([0.95] * 3, floor_se=0.03), tmp_path)
+    assert not parts["loss as trained below the floor"].ok and "Every run judged records it" in result.notes[0]
+    parts, result = c7_parts(leak_runs([0.95] * 3), tmp_path)
+    assert parts["loss as trained below the floor"].ok and "No run read records it" in result.notes[0]
+
+
+def test_c7_judges_only_seeds_that_trained(tmp_path):
+    # seed 2 did not train (progress (4 - 3.9) / 3 < 0.5): it is left out, 2 of 2 remaining seeds pass
+    parts, _ = c7_parts(leak_runs([0.5, 0.5, 3.9]), tmp_path)
+    below = parts["loss as trained below the floor"]
+    assert below.ok and "2 of 2 pass" in below.value
+    none_trained, result = c7_parts(leak_runs([3.9, 3.9, 3.9]), tmp_path)
+    assert "loss as trained below the floor" not in none_trained and result.verdict.verdict == NOT_MEASURED
+    assert "no seed trained" in result.verdict.condition
+
+
+def test_c7_moves_an_untrained_unmasked_cell_to_its_best_lr(tmp_path):
+    runs = leak_runs([3.9, 3.9, 3.9])
+    for lr, final in ((1e-4, 3.5), (1e-3, 0.5)):
+        runs += [make_run(s, name="leak_lr", causal=False, lr=lr, final=final,
+                          summary={"eval/loss_generation": 4.5}) for s in range(3)]
+    parts, _ = c7_parts(runs, tmp_path)
+    check = parts["loss as trained below the floor"]
+    assert check.ok and check.where["at"] == "best LR 0.001"
+
+
+# ------------------------------------------------------------------ C2: the premise is the q/k init
+def test_c2_holds_only_for_unit_init(tmp_path):
+    runs = [make_run(s, name="qk_init", qk_init=q, scale="none", probes={0: {"attn/score_std": std}})
+            for s in range(3) for q, std in (("unit", 8.2), ("gpt2", 0.01), ("torch", 0.3))]
+    result = c2.claim(study_of(runs, tmp_path))
+    model = {c.where["premise"]: c for c in result.checks if "experiment" in c.where}
+    assert model["model at init, qk_init=unit"].ok
+    assert not model["model at init, qk_init=torch"].ok and not model["model at init, qk_init=gpt2"].ok
+
+
+# ------------------------------------------------------------------ logit growth (extras)
+def test_lr_sensitivity_of_the_extras_by_hand(tmp_path):
+    cells = {}
+    for lr, finals in ((1e-3, (2.0, 2.2)), (1e-2, (1.5, 1.6)), (1e-1, (None, None))):
+        runs = [make_run(s, name="extras", lr=lr, final=f, status="finished" if f else "diverged")
+                for s, f in enumerate(finals)]
+        cells[lr] = Cell({"train.lr": lr}, runs, "extras", LR_SWEEP)
+    # seed 0: l* 1.5; (0.5 + 0 + 2.5) / 3 = 1.0. seed 1: l* 1.6; (0.6 + 0 + 2.4) / 3 = 1.0
+    assert growth.sensitivity(cells).mean == pytest.approx(1.0)
+    assert [lr for lr, c in cells.items() if growth.trains(c)] == [1e-3, 1e-2]  # progress 0.67.., diverged: no
+    text = growth.growth_section(list(cells.values()), tmp_path / "figures" / "g.png")
+    assert "| 64 | scale=sqrt ln=False | 0.01 |" in text
+    assert "not measured" in growth.growth_section([], tmp_path / "g.png")
+
+
+# ------------------------------------------------------------------ weak input
+def test_no_runs_exits_non_zero_with_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(tmp_path / "empty"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code not in (0, None)
+    message = str(exit_info.value.code)
+    assert message.startswith("andrea-report: no runs under") and "\n" not in message
+
+
+def test_short_runs_are_flagged(tmp_path):
+    long = c4.claim(study_of(pair_runs([True] * 3), tmp_path))
+    assert not any(c.short for c in long.checks)
+    runs = pair_runs([True] * 3)
+    for run in runs:
+        run.config["train.max_steps"] = 50
+    short = c4.claim(study_of(runs, tmp_path))
+    assert all(c.short for c in model_checks(short, "gradient"))
+    from andrea_exp.report.markdown import SHORT_WARNING, claim_section, header
+    assert SHORT_WARNING in claim_section(short, tmp_path)
+    assert "runs are shorter than 200 steps" in header(["x"], study_of(runs, tmp_path), None, [])
