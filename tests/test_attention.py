@@ -242,8 +242,8 @@ BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 BF16_ATOL, BF16_RTOL = 2e-2, 2e-2
 # The refusals a healthy PyTorch build makes, backend -> the largest head dim it takes: flash and cuDNN
 # stop at head dim 256 (seen on an H200, torch 2.11 + cuDNN 9.19, forward and backward, B 2, H 4, T 256:
-# flash and cuDNN refuse 512 and 4096 with "No available kernel", efficient and math run everything). Any other refusal (e.g. flash at d_k 64) is a broken kernel or build
-# and fails the test instead of hiding as a skip.
+# flash and cuDNN refuse 512 and 4096 with "No available kernel", efficient and math run everything).
+# Any other refusal (e.g. flash at d_k 64) is a broken kernel or build and fails the test, not a skip.
 MAX_HEAD_DIM = {"FLASH_ATTENTION": 256, "CUDNN_ATTENTION": 256}
 
 
