@@ -9,6 +9,8 @@
 # killed / total with the list of survivors. Each module runs in its own scratch copy of the repository
 # (MUTATION_WORKDIR, default /tmp/andrea-mutation) so the working tree and its pyproject stay untouched.
 # Environment: MUTATION_JOBS (parallel mutants, default 2), MUTATION_WORKDIR, MUTMUT_VERSION.
+# MUTATION_RESUME=1 keeps the module's previous scratch copy and its results, refreshes the sources and
+# tests, and re-runs only the mutants not killed last time (new tests cannot revive a killed mutant).
 # Known equivalent mutants are listed, one reason each, in tests/mutation_survivors.md.
 set -euo pipefail
 
@@ -59,7 +61,8 @@ ensure_mutmut() {
 # a copy of the tracked and untracked-but-not-ignored files, with this module's [tool.mutmut] settings
 prepare_copy() {
   local module="$1" dest="$2"
-  rm -rf "$dest" && mkdir -p "$dest"
+  [[ "${MUTATION_RESUME:-0}" == 1 && -d "$dest/mutants" ]] || rm -rf "$dest"
+  mkdir -p "$dest"
   (cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$dest"
   "$PYTHON" - "$dest/pyproject.toml" "${SOURCE[$module]}" ${TESTS[$module]} <<'PY'
 import json, sys
@@ -70,7 +73,8 @@ for line in open(path).read().splitlines():
         skipping = line.strip() == "[tool.mutmut]"
     if not skipping:
         kept.append(line)
-kept += ["", "[tool.mutmut]", 'source_paths = ["andrea_exp"]', f"only_mutate = {json.dumps([source])}",
+kept += ["", "[tool.mutmut]", 'source_paths = ["andrea_exp"]', 'also_copy = ["conf"]',
+         f"only_mutate = {json.dumps([source])}",
          f"pytest_add_cli_args_test_selection = {json.dumps(selection)}",
          # torch is not fork-safe once used: fork workers from a server that has only imported pytest
          'process_isolation = "forkserver"', "use_git_change_detection = false"]
@@ -102,20 +106,29 @@ run_module() {
   fi
   local dest="$WORKDIR/$module"
   echo "== $module: ${SOURCE[$module]} against ${TESTS[$module]}"
+  local names="${FUNCTIONS[$module]}"
+  if [[ "${MUTATION_RESUME:-0}" == 1 && -d "$dest/mutants" ]]; then
+    names="$(cd "$dest" && score "$module" | awk '/^  [a-z ]+: /{print $NF}' | tr '\n' ' ')"
+    echo "   resuming: re-running $(wc -w <<<"$names") mutants not killed last time"
+    [[ -n "$names" ]] || { (cd "$dest" && score "$module"); return 0; }
+  fi
   prepare_copy "$module" "$dest"
   # the package under test must be the mutated copy, never one on PYTHONPATH
   (cd "$dest" && unset PYTHONPATH && export WANDB_MODE=disabled WANDB_SILENT=true &&
      # shellcheck disable=SC2086
-     mutmut run --max-children "$JOBS" ${FUNCTIONS[$module]} > "$dest/mutmut-run.log" 2>&1 || {
+     mutmut run --max-children "$JOBS" $names > "$dest/mutmut-run.log" 2>&1 || {
        echo "mutmut run failed for $module; see $dest/mutmut-run.log" >&2; tail -20 "$dest/mutmut-run.log" >&2; return 1; }
      score "$module")
 }
 
-ensure_mutmut
-modules=("$@")
-[[ ${#modules[@]} -gt 0 ]] || modules=("${DEFAULT_MODULES[@]}")
-status=0
-for module in "${modules[@]}"; do
-  run_module "$module" || status=1
-done
-exit $status
+main() {
+  ensure_mutmut
+  local modules=("$@") status=0 module
+  [[ ${#modules[@]} -gt 0 ]] || modules=("${DEFAULT_MODULES[@]}")
+  for module in "${modules[@]}"; do
+    run_module "$module" || status=1
+  done
+  return $status
+}
+
+main "$@"; exit $?  # one line: bash has read all it runs before it starts
