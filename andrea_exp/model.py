@@ -216,8 +216,16 @@ class Andrea(nn.Module):
         return captured
 
     def param_groups(self, weight_decay: float):
-        """AdamW groups: decay matrices, not biases, norms or embeddings' position table."""
+        """AdamW groups: decay the weight matrices, not biases, LayerNorm weights or embedding tables.
+
+        The position table and an untied token table are lookups: a row is updated only when its
+        position or token occurs, so decay would shrink rare rows toward zero rather than regularise.
+        A tied token table is also the output head, whose every row gets a gradient at each step: it
+        is decayed like any other linear layer, which also bounds the logits' scale.
+        """
+        head = self.head.weight
+        lookups = {id(self.pos_emb.weight)} | ({id(self.tok_emb.weight)} - {id(head)})
         decay, no_decay = [], []
         for p in {id(p): p for p in self.parameters() if p.requires_grad}.values():
-            (decay if p.dim() >= 2 else no_decay).append(p)
+            (decay if p.dim() >= 2 and id(p) not in lookups else no_decay).append(p)
         return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -509,3 +509,66 @@ def test_briefly_trained_causal_model_stays_above_the_floor(tmp_path):
     assert floor < loss < math.log(cfg.data.vocab_size)
     assert summary["eval/below_floor"] == pytest.approx(floor - loss) and summary["eval/below_floor"] < 0
     assert summary["eval/loss_generation"] == loss  # a causal model: generation sees what training saw
+
+
+# ------------------------------------------------------------------ edges of the chain and of the floor's error
+
+
+def test_floor_standard_error_of_two_sequences_and_of_one_target_each():
+    # two sequences of one target: means 1 and 3, unbiased std sqrt(2), over sqrt(2) -> 1
+    nll = torch.tensor([[1.0], [3.0]], dtype=torch.float64)
+    assert floor_standard_error(Split(torch.zeros(2, 2), nll)) == pytest.approx(1.0)
+
+
+def test_context_count_limit_is_two_million():
+    with pytest.raises(ValueError, match=r"^data.vocab_size \*\* data.order must be at most 2e6 contexts; "
+                                         r"got 1415\*\*2$"):
+        MarkovSource(vocab_size=1415, order=2, branching=2, concentration=1.0, table_seed=0)  # 2,002,225
+    with pytest.raises(ValueError, match="at most 2e6"):
+        MarkovSource(vocab_size=2_000_001, order=1, branching=2, concentration=1.0, table_seed=0)
+    source = MarkovSource(vocab_size=2_000_000, order=1, branching=2, concentration=1.0, table_seed=0)  # the limit
+    assert source.successors.shape == (2_000_000, 2)
+
+
+def test_every_successor_keeps_a_probability_of_at_least_about_1e6():
+    """A small concentration puts almost all weight on one successor; the table keeps the others at
+    1e-6 (before renormalising), so every transition it lists has a finite, bounded NLL."""
+    source = MarkovSource(vocab_size=16, order=2, branching=4, concentration=0.01, table_seed=0)
+    assert source.probs.min() >= 1e-6 / (1 + 4 * 1e-6)
+    assert source.probs.min() < 2e-6  # the clip was needed: some weights fell below 1e-6
+
+
+@pytest.mark.parametrize("order,length", [(3, 1), (3, 2), (2, 1)])
+def test_sequences_shorter_than_the_order_are_uniform(order, length):
+    """Fewer than `order` tokens before a target: every token is a uniform draw, NLL log V."""
+    split = MarkovSource(vocab_size=5, order=order, branching=2, concentration=1.0, table_seed=0).sample(
+        40, length, seed=0)
+    assert split.tokens.shape == (40, length + 1)
+    assert torch.all(split.true_nll == math.log(5))
+    counts = torch.bincount(split.tokens.flatten(), minlength=5)
+    assert counts.numel() == 5 and counts.min() > 0  # uniform over 0..V-1
+
+
+def test_sampling_survives_a_cumulative_row_that_rounds_below_one():
+    """A draw above the row's last cumulative value (float rounding) takes the last successor."""
+    source = MarkovSource(vocab_size=6, order=1, branching=3, concentration=1.0, table_seed=0)
+    source._cum = source._cum * 0.5  # every row now ends at 0.5: half the draws fall past its end
+    split = source.sample(200, 4, seed=0)
+    tokens = split.tokens.numpy()
+    for t in range(1, 5):
+        prev, nxt = tokens[:, t - 1], tokens[:, t]
+        assert all(nxt[i] in source.successors[prev[i]] for i in range(200))
+    # draws past the end (about half) all land on the last successor
+    last = source.successors[tokens[:, 0], -1]
+    assert 0.4 < float(np.mean(tokens[:, 1] == last)) < 0.9
+
+
+def test_a_forbidden_transition_is_inf_without_a_warning():
+    import warnings
+
+    source = MarkovSource(vocab_size=8, order=1, branching=2, concentration=1.0, table_seed=0)
+    forbidden = next(t for t in range(8) if t not in source.successors[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nll = source.nll_of(torch.tensor([[0, forbidden]]))
+    assert nll.tolist() == [[math.inf]]

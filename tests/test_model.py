@@ -238,7 +238,23 @@ def test_param_groups_cover_every_parameter_once():
     decay, no_decay = (g["params"] for g in model.param_groups(0.1))
     ids = [id(p) for p in decay + no_decay]
     assert len(ids) == len(set(ids)) == len({id(p) for p in model.parameters()})
-    assert all(p.dim() >= 2 for p in decay)
-    assert all(p.dim() < 2 for p in no_decay)  # biases and LayerNorm weights are not decayed
     assert model.param_groups(0.1)[0]["weight_decay"] == 0.1
     assert model.param_groups(0.1)[1]["weight_decay"] == 0.0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_param_groups_decay_matrices_but_not_lookup_tables(tied):
+    model = Andrea(small_cfg(qk_layernorm=True, tie_embeddings=tied))
+    decay, no_decay = ({id(p) for p in g["params"]} for g in model.param_groups(0.1))
+    names = {id(p): name for name, p in model.named_parameters()}
+    decayed = {names[i] for i in decay}
+    # every linear layer's weight matrix is decayed ...
+    linear = {n for n, p in model.named_parameters() if p.dim() == 2 and "emb" not in n and n != "head.weight"}
+    assert linear and linear <= decayed
+    # ... biases and LayerNorm weights (vectors) and the position table never are
+    assert all(p.dim() == 2 for p in model.parameters() if id(p) in decay)
+    assert any(n.endswith("bias") for n in names.values()) and any("norm" in n for n in names.values())
+    assert id(model.pos_emb.weight) in no_decay
+    # the tied token table is the output head and decays like one; an untied token table is a lookup
+    assert (id(model.tok_emb.weight) in decay) == tied
+    assert id(model.head.weight) in decay

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Mutation testing: does each module's test suite fail when the module's code is changed?
+#
+#   tests/mutation.sh                  # the default list (DEFAULT_MODULES)
+#   tests/mutation.sh attention data   # chosen modules (keys of TESTS below)
+#
+# For each module, mutmut mutates only that module's file (and, where FUNCTIONS names some, only those
+# functions), runs only the test files in TESTS against each mutant, and the score is printed as
+# killed / total with the list of survivors. Each module runs in its own scratch copy of the repository
+# (MUTATION_WORKDIR, default /tmp/andrea-mutation) so the working tree and its pyproject stay untouched.
+# Environment: MUTATION_JOBS (parallel mutants, default 2), MUTATION_WORKDIR, MUTMUT_VERSION.
+# MUTATION_RESUME=1 keeps the module's previous scratch copy and its results, refreshes the sources and
+# tests, and re-runs only the mutants not killed last time (new tests cannot revive a killed mutant).
+# Known equivalent mutants are listed, one reason each, in tests/mutation_survivors.md.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORKDIR="${MUTATION_WORKDIR:-/tmp/andrea-mutation}"
+JOBS="${MUTATION_JOBS:-2}"
+MUTMUT_VERSION="${MUTMUT_VERSION:-3.8.1}"
+PYTHON="${PYTHON:-python}"
+
+# module -> the file mutmut mutates
+declare -A SOURCE=(
+  [attention]="andrea_exp/attention.py"
+  [data]="andrea_exp/data.py"
+  [metrics]="andrea_exp/metrics.py"
+  [train]="andrea_exp/train.py"
+  [report_rules]="andrea_exp/report/rules.py"
+)
+# the rules lived in andrea_exp/report_rules.py before the report became a package
+[[ -f "$REPO/${SOURCE[report_rules]}" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
+
+# module -> pytest arguments selecting the tests that cover it (slow end-to-end tests left out: they
+# would run once per mutant)
+declare -A TESTS=(
+  [attention]="tests/test_attention.py"
+  [data]="tests/test_data.py --deselect tests/test_data.py::test_briefly_trained_causal_model_stays_above_the_floor"
+  [metrics]="tests/test_metrics.py"
+  [train]="tests/test_training_controls.py tests/test_divergence.py
+           --deselect tests/test_divergence.py::test_blown_up_run_ends_as_diverged_with_exit_0
+           --deselect tests/test_divergence.py::test_a_diverging_cell_does_not_stop_the_sweep"
+  [report_rules]="tests/test_report.py"
+)
+
+# module -> mutant-name globs (mutmut's names: module.x_function, module.xǁClassǁmethod); empty: all
+declare -A FUNCTIONS=(
+  [attention]=""
+  [data]="andrea_exp.data.xǁMarkovSourceǁ* andrea_exp.data.x_floor_standard_error__mutmut_* andrea_exp.data.xǁDatasetǁfloor_standard_error__mutmut_*"
+  [metrics]=""
+  [train]="andrea_exp.train.x_build_optimizer* andrea_exp.train.x_grad_norm* andrea_exp.train.x_lr_* andrea_exp.train.x_*schedule* andrea_exp.train.x_*clip* andrea_exp.train.xǁDivergenceWatchǁ*"
+  [report_rules]=""
+)
+
+DEFAULT_MODULES=(attention data metrics train report_rules)
+
+ensure_mutmut() {
+  if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(m.version('mutmut') != '$MUTMUT_VERSION')" 2>/dev/null; then
+    "$PYTHON" -m pip install --quiet "mutmut==$MUTMUT_VERSION"
+  fi
+}
+
+# a copy of the tracked and untracked-but-not-ignored files, with this module's [tool.mutmut] settings
+prepare_copy() {
+  local module="$1" dest="$2"
+  [[ "${MUTATION_RESUME:-0}" == 1 && -d "$dest/mutants" ]] || rm -rf "$dest"
+  mkdir -p "$dest"
+  (cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$dest"
+  "$PYTHON" - "$dest/pyproject.toml" "${SOURCE[$module]}" ${TESTS[$module]} <<'PY'
+import json, sys
+path, source, selection = sys.argv[1], sys.argv[2], sys.argv[3:]
+kept, skipping = [], False
+for line in open(path).read().splitlines():
+    if line.startswith("["):
+        skipping = line.strip() == "[tool.mutmut]"
+    if not skipping:
+        kept.append(line)
+kept += ["", "[tool.mutmut]", 'source_paths = ["andrea_exp"]', 'also_copy = ["conf"]',
+         f"only_mutate = {json.dumps([source])}",
+         f"pytest_add_cli_args_test_selection = {json.dumps(selection)}",
+         # torch is not fork-safe once used: fork workers from a server that has only imported pytest
+         'process_isolation = "forkserver"', "use_git_change_detection = false"]
+open(path, "w").write("\n".join(kept) + "\n")
+PY
+}
+
+# killed / total and the survivors, from `mutmut results --all true`, restricted to the module's globs
+score() {
+  local module="$1"
+  mutmut results --all true 2>/dev/null | "$PYTHON" -c '
+import fnmatch, sys
+module, globs = sys.argv[1], sys.argv[2].split()
+rows = [line.strip().rsplit(": ", 1) for line in sys.stdin if ": " in line]
+rows = [(name, status) for name, status in rows if not globs or any(fnmatch.fnmatch(name, g) for g in globs)]
+killed = [n for n, s in rows if s in ("killed", "timeout")]
+survivors = [(n, s) for n, s in rows if s not in ("killed", "timeout")]
+print(f"SCORE {module}: {len(killed)} / {len(rows)} killed")
+for name, status in survivors:
+    print(f"  {status}: {name}")
+' "$module" "${FUNCTIONS[$module]}"
+}
+
+run_module() {
+  local module="$1"
+  if [[ -z "${SOURCE[$module]:-}" ]]; then
+    echo "unknown module '$module'; choose from: ${!SOURCE[*]}" >&2
+    return 2
+  fi
+  local dest="$WORKDIR/$module"
+  echo "== $module: ${SOURCE[$module]} against ${TESTS[$module]}"
+  local names="${FUNCTIONS[$module]}"
+  if [[ "${MUTATION_RESUME:-0}" == 1 && -d "$dest/mutants" ]]; then
+    names="$(cd "$dest" && score "$module" | awk '/^  [a-z ]+: /{print $NF}' | tr '\n' ' ')"
+    echo "   resuming: re-running $(wc -w <<<"$names") mutants not killed last time"
+    [[ -n "$names" ]] || { (cd "$dest" && score "$module"); return 0; }
+  fi
+  prepare_copy "$module" "$dest"
+  # the package under test must be the mutated copy, never one on PYTHONPATH
+  (cd "$dest" && unset PYTHONPATH && export WANDB_MODE=disabled WANDB_SILENT=true &&
+     # shellcheck disable=SC2086
+     mutmut run --max-children "$JOBS" $names > "$dest/mutmut-run.log" 2>&1 || {
+       echo "mutmut run failed for $module; see $dest/mutmut-run.log" >&2; tail -20 "$dest/mutmut-run.log" >&2; return 1; }
+     score "$module")
+}
+
+main() {
+  ensure_mutmut
+  local modules=("$@") status=0 module
+  [[ ${#modules[@]} -gt 0 ]] || modules=("${DEFAULT_MODULES[@]}")
+  for module in "${modules[@]}"; do
+    run_module "$module" || status=1
+  done
+  return $status
+}
+
+main "$@"; exit $?  # one line: bash has read all it runs before it starts
