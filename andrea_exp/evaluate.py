@@ -7,6 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from andrea_exp import metric_keys as K
+
 
 @torch.no_grad()
 def loss_as_trained(model, tokens: torch.Tensor, batch_size: int = 64) -> float:
@@ -53,8 +55,11 @@ def generate(model, prompt: torch.Tensor, n_tokens: int, seed: int = 0) -> torch
     return seq
 
 
-def evaluate(model, held_out, floor: float) -> dict:
-    """The eval/* metrics of the contract on held-out (N, T+1) tokens already on the model's device."""
+def evaluate(model, held_out, floor: float, floor_se: float = math.nan) -> dict:
+    """The eval/* metrics of the contract on held-out (N, T+1) tokens already on the model's device.
+
+    floor: the exact entropy of the held-out targets (nan when unknown); floor_se: its sampling standard error.
+    """
     was_training = model.training
     model.eval()
     as_trained = loss_as_trained(model, held_out)
@@ -63,9 +68,11 @@ def evaluate(model, held_out, floor: float) -> dict:
     else:
         generation = loss_generation(model, held_out)
     model.train(was_training)
-    metrics = {"eval/loss_as_trained": as_trained, "eval/loss_generation": generation,
-               "eval/gap": generation - as_trained}
+    metrics = {K.EVAL_LOSS_AS_TRAINED: as_trained, K.EVAL_LOSS_GENERATION: generation,
+               K.EVAL_GAP: generation - as_trained}
     if not math.isnan(floor):
-        metrics["eval/floor"] = floor
-        metrics["eval/below_floor"] = floor - as_trained
+        metrics[K.EVAL_FLOOR] = floor
+        metrics[K.EVAL_BELOW_FLOOR] = floor - as_trained
+        if not math.isnan(floor_se):
+            metrics[K.EVAL_FLOOR_SE] = floor_se
     return metrics

@@ -36,8 +36,10 @@ EVAL_LOSS_AS_TRAINED = "eval/loss_as_trained"
 EVAL_LOSS_GENERATION = "eval/loss_generation"
 EVAL_GAP = "eval/gap"
 EVAL_FLOOR = "eval/floor"
+EVAL_FLOOR_SE = "eval/floor_se"
 EVAL_BELOW_FLOOR = "eval/below_floor"
 EVAL_SAMPLE = "eval/sample"
+EVAL_SAMPLE_TEXT = "eval/sample_text"
 BEST_EVAL_LOSS = "best/eval/loss_as_trained"
 
 # ---------------------------------------------------------------- the probe (every probe.every steps)
@@ -88,6 +90,7 @@ METRICS: tuple[Metric, ...] = (
     _m(EVAL_LOSS_GENERATION, "held-out loss when position i sees only tokens 0..i, as in generation"),
     _m(EVAL_GAP, "loss_generation - loss_as_trained: what leaking future tokens costs at inference"),
     _m(EVAL_FLOOR, "exact entropy of the held-out tokens under the true source (built-in data only)"),
+    _m(EVAL_FLOOR_SE, "sampling standard error of the floor over the held-out sequences (its noise as an estimate)"),
     _m(EVAL_BELOW_FLOOR, "floor - loss_as_trained: positive only when the model reads the future"),
     _m(PROBE_LOSS, "loss of the fixed probe batch, float32, explicit attention path"),
     _m(ATTN_ENTROPY, "entropy of the attention rows (nats), mean over layers, heads and rows", True),
@@ -131,6 +134,7 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(RUN_GIT_COMMIT, "git commit of the code that ran (null outside a git checkout)"),
     _m(RUN_GIT_DIRTY, "whether that checkout had uncommitted changes"),
     _m(EVAL_SAMPLE, "tokens generated from a held-out prompt at the end"),
+    _m(EVAL_SAMPLE_TEXT, "that sample decoded as text (data=text only)"),
     _m(BEST_EVAL_LOSS, "lowest eval/loss_as_trained seen"),
 )
 

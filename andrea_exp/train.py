@@ -480,7 +480,7 @@ def save_checkpoint(ckpt_dir: Path, st: LoopState, s: Settings, settings: dict, 
 def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime) -> None:
     """Held-out evaluation at st.step (rank 0 only), logged; the best value follows the held-out loss."""
     with rt.autocast():
-        metrics = evaluate(model, data.eval.tokens, data.floor)
+        metrics = evaluate(model, data.eval.tokens, data.floor, data.floor_standard_error)
     if metrics[K.EVAL_LOSS_AS_TRAINED] < st.best_eval:
         st.best_eval, st.best_step = metrics[K.EVAL_LOSS_AS_TRAINED], st.step
     log(tracker, st, metrics, st.step)
@@ -508,11 +508,13 @@ def measure_probe(probe, tracker: Tracker, st: LoopState, s: Settings, window: L
             tracker.log_images(probe.draw_maps(st.step), st.step)
 
 
-def sample_text(cfg, model, held_out, rt: Runtime) -> str:
-    prompt = held_out[:1, : min(8, held_out.size(1))]
+def sample_record(cfg, model, data, rt: Runtime) -> dict:
+    """Tokens generated from a held-out prompt, as ids and, for text data, decoded."""
+    prompt = data.eval.tokens[:1, : min(8, data.eval.tokens.size(1))]
     with rt.autocast():
         sample = generate(model.eval(), prompt, cfg.train.sample_tokens, seed=cfg.seed)[0].tolist()
-    return " ".join(map(str, sample))
+    text = data.decode(sample)
+    return {K.EVAL_SAMPLE: " ".join(map(str, sample)), **({K.EVAL_SAMPLE_TEXT: text} if text is not None else {})}
 
 
 # ---------------------------------------------------------------- the loop
@@ -591,7 +593,7 @@ def train(cfg, run_dir: Path) -> dict:
                 log(tracker, st, probe.measure(st.step), st.step)
             evaluate_into(tracker, st, model, data, rt)
             save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
-            summary[K.EVAL_SAMPLE] = sample_text(cfg, model, held_out, rt)
+            summary.update(sample_record(cfg, model, data, rt))
     except Exception as err:
         tracker.finish({K.RUN_STATUS: "failed", K.RUN_ERROR: f"{type(err).__name__}: {err}", K.RUN_STEPS: st.step,
                         K.TRAIN_WORLD_SIZE: rt.world_size, **st.last}, failed=True)

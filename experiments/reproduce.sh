@@ -1,37 +1,61 @@
 #!/usr/bin/env bash
 # Every study behind experiments/results/report.md, 3 seeds each, on the GPUs of this machine, then the report.
-#   experiments/reproduce.sh                 # all presets, then the report
-#   STAGES="claims_grid leak_gap" experiments/reproduce.sh
-# Sweeps go to $SWEEPS (default multirun/reproduce), the report to $RESULTS (default experiments/results).
-# Each stage's wall time is appended to $RESULTS/wall_times.jsonl.
+#   experiments/reproduce.sh                        # every stage, then the report
+#   experiments/reproduce.sh claims_grid leak_gap   # some stages (no report)
+#   EXTRA="model=andrea_tiny train.max_steps=20" experiments/reproduce.sh ...   # a quick dry run on a CPU
+# Sweeps go to $SWEEPS (default multirun/reproduce), the report to $RESULTS (default experiments/results);
+# each stage's wall time is appended to $SWEEPS/wall_times.jsonl. Cells run $CELLS_PER_GPU at a time per GPU
+# (Hydra's joblib launcher, conf/hydra/launcher/local_gpus.yaml). W&B is off here (metrics.jsonl and
+# summary.json are what the report reads); drop logger.mode=disabled to also log the runs to W&B.
 set -u
 SWEEPS=${SWEEPS:-multirun/reproduce}
 RESULTS=${RESULTS:-experiments/results}
 PAR=${CELLS_PER_GPU:-16}
-STAGES=${STAGES:-"scaling_at_init claims_grid qk_init lr_sensitivity extras leak_gap"}
 py=${PYTHON:-python3}
-mkdir -p "$SWEEPS" "$RESULTS"
+mkdir -p "$SWEEPS"
+# shellcheck disable=SC2206
+EXTRA_ARGS=(${EXTRA:-})
 
-stage() {  # stage NAME [overrides...]: one Hydra multirun of experiment=NAME, cells in parallel on the GPUs
-  local name=$1; shift
+stage() {  # stage NAME EXPERIMENT [overrides...]: one Hydra multirun into $SWEEPS/NAME
+  local name=$1 experiment=$2; shift 2
   local t0 rc; t0=$(date +%s.%N)
-  $py -m andrea_exp -m "experiment=$name" hydra/launcher=local_gpus "cells_per_gpu=$PAR" \
-    "hydra.sweep.dir=$SWEEPS/$name" logger.mode=offline train.progress=false "$@" > "$SWEEPS/$name.log" 2>&1
+  $py -m andrea_exp -m "experiment=$experiment" hydra/launcher=local_gpus "cells_per_gpu=$PAR" \
+    "hydra.sweep.dir=$SWEEPS/$name" logger.mode=disabled train.progress=false "$@" "${EXTRA_ARGS[@]}" \
+    > "$SWEEPS/$name.log" 2>&1
   rc=$?
-  $py - "$name" "$t0" "$(date +%s.%N)" "$rc" "$RESULTS/wall_times.jsonl" <<'PY'
+  $py - "$name" "$t0" "$(date +%s.%N)" "$rc" "$SWEEPS/wall_times.jsonl" "$*" <<'PY'
 import json, sys
-name, t0, t1, rc, out = sys.argv[1:]
-record = {"stage": name, "wall_s": round(float(t1) - float(t0), 1), "rc": int(rc)}
-print(json.dumps(record))
+name, t0, t1, rc, out, args = sys.argv[1:]
+record = {"stage": name, "wall_s": round(float(t1) - float(t0), 1), "rc": int(rc), "overrides": args}
+print(json.dumps(record), flush=True)
 with open(out, "a") as fh:
     fh.write(json.dumps(record) + "\n")
 PY
-  tail -n 20 "$SWEEPS/$name.log"
+  grep -E "cells, [0-9]+ failed|^error" "$SWEEPS/$name.log" | tail -n 2
+}
+
+run_stage() {
+  case $1 in
+    scaling_at_init) stage scaling_at_init scaling_at_init ;;
+    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # alone: the 12-cell grid's wall time
+                 stage claims_grid_seed12 claims_grid seed=1,2 ;;
+    qk_init) stage qk_init qk_init ;;
+    leak_gap) stage leak_gap leak_gap ;;
+    lr_sensitivity) stage lr_sensitivity lr_sensitivity ;;
+    # the two fixes and their combination at d_k 4096 from where sqrt still trains to where everything
+    # fails; sqrt without LayerNorm at these LRs is lr_sensitivity's row (the report counts it once)
+    extras) stage extras_inv extras model.scale=inv model.qk_layernorm=false,true "train.lr=2.5e-3,1.2e-2,6e-2,3e-1"
+            stage extras_qkln extras model.scale=sqrt model.qk_layernorm=true "train.lr=2.5e-3,1.2e-2,6e-2,3e-1" ;;
+    *) echo "unknown stage: $1 (scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras)" >&2; return 2 ;;
+  esac
 }
 
 t_all=$(date +%s)
-for name in $STAGES; do
-  stage "$name"
-done
+if [ $# -gt 0 ]; then
+  for name in "$@"; do run_stage "$name"; done
+  echo "stages $*: $(( $(date +%s) - t_all )) s"
+  exit 0
+fi
+for name in scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras; do run_stage "$name"; done
 echo "all stages: $(( $(date +%s) - t_all )) s"
-$py -m andrea_exp.report "$SWEEPS"/* --out "$RESULTS" --machine "${MACHINE:-}" ${NOTE:+--note "$NOTE"}
+$py -m andrea_exp.report "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"}

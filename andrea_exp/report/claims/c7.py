@@ -27,7 +27,7 @@ from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 
 LEAK_MARGIN = 0.02  # nats below the floor that count as "below" when a run records no floor standard error
-FLOOR_SE_KEY = "eval/floor_se"  # the floor's sampling standard error, if the run's summary records it
+FLOOR_SE_KEY = mk.EVAL_FLOOR_SE  # the floor's sampling standard error, recorded by runs since it was added
 FLOOR_SE_MULTIPLE = 3.0  # with it: "below" means more than 3 standard errors below the floor
 CATASTROPHIC_SHARE = 0.5  # generation loss at least half way from the floor back to log V
 TRAINED_PROGRESS = 0.5  # a run "trained" when it closed >= half of (l_0 - floor) with its loss as trained
