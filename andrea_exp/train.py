@@ -1,7 +1,9 @@
 """The training loop: optimiser, schedule, probes, evaluation, checkpoints, divergence, interrupts.
 
 Read `train()` from top to bottom: set-up, the step loop, the end of the run. What must survive a
-resume lives in `LoopState`; the train/* rows are made by `LogWindow`, one host sync per window.
+resume lives in `LoopState`. The loop's surroundings each have a module of their own: the device and
+precision (`runtime`), the train/* rows, one host sync per window (`logwindow`), the bar (`progress`),
+signals (`interrupts`) and the summary's facts about code and machine (`runfacts`).
 
 Resuming (`train.resume=true hydra.run.dir=RUN`): the checkpoint records the run's resolved scientific
 settings (`andrea_exp.schema.is_scientific`: model, data, optimiser, schedule, precision, probe
@@ -16,35 +18,30 @@ interrupted`, and the command exits 130 / 143 after printing how to resume; a se
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
 from andrea_exp import checkpoint
 from andrea_exp import metric_keys as K
-from andrea_exp.config import FP16_REFUSED, ConfigError
 from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate, generate
 from andrea_exp.graphed_step import GraphedStep, grad_norm, step_body, use_cuda_graph  # noqa: F401 (grad_norm: API)
+from andrea_exp.interrupts import Interrupted, StopRequest
+from andrea_exp.logwindow import LogWindow
 from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.progress import Progress
 from andrea_exp.rundir import CHECKPOINT_DIR, read_summary
+from andrea_exp.runfacts import run_facts
+from andrea_exp.runtime import Runtime, all_reduce_mean, setup_runtime
 from andrea_exp.tracking import Tracker
 
 MODEL_FIELDS = set(ModelConfig.__dataclass_fields__)
-# summary keys not (yet) in metric_keys.py
 
 
 class Diverged(Exception):
@@ -59,61 +56,7 @@ class AlreadyFinished(Exception):
         self.summary = summary
 
 
-class Interrupted(Exception):
-    """SIGINT / SIGTERM ended the run after a checkpoint and a summary were written."""
-
-    def __init__(self, signum: int, summary: dict):
-        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {summary.get(K.RUN_STEPS)}")
-        self.signum, self.summary = signum, summary
-        self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
-
-
 # ---------------------------------------------------------------- set-up
-
-
-@dataclass
-class Runtime:
-    device: torch.device
-    rank: int = 0
-    world_size: int = 1
-    is_main: bool = True
-    autocast: object = field(default_factory=lambda: contextlib.nullcontext)
-    amp_dtype: torch.dtype | None = None  # the autocast dtype; None: no autocast
-
-
-def setup_runtime(cfg) -> Runtime:
-    """Pick the device and precision; join a torchrun process group when one is set up."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    precision = cfg.train.precision
-    if precision == "fp16":
-        raise ConfigError(FP16_REFUSED)
-    wanted = str(cfg.train.device)
-    if wanted == "auto":
-        wanted = "cuda" if torch.cuda.is_available() else "cpu"
-    if wanted.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"train.device={cfg.train.device} but no CUDA device is visible")
-    if world_size > 1:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        backend = "nccl" if wanted.startswith("cuda") else "gloo"
-        if not dist.is_initialized():
-            dist.init_process_group(backend=backend)
-        if wanted.startswith("cuda"):
-            wanted = f"cuda:{local_rank}"
-    device = torch.device(wanted)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if precision == "auto":
-        precision = "bf16" if device.type == "cuda" else "fp32"
-    if precision == "bf16":
-        autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)  # noqa: E731
-    else:
-        autocast = contextlib.nullcontext
-    return Runtime(device, rank, world_size, rank == 0, autocast, torch.bfloat16 if precision == "bf16" else None)
 
 
 def build_model(cfg, vocab_size: int) -> Andrea:
@@ -292,16 +235,7 @@ def load_resume_state(cfg, run_dir: Path, settings: dict, is_main: bool) -> dict
     return state
 
 
-# ---------------------------------------------------------------- the step and its logging window
-
-
-def _all_reduce_mean(t: torch.Tensor, rt: Runtime) -> torch.Tensor:
-    if rt.world_size > 1:
-        t = t.clone()
-        dist.all_reduce(t, op=dist.ReduceOp.AVG if t.device.type == "cuda" else dist.ReduceOp.SUM)
-        if t.device.type != "cuda":
-            t /= rt.world_size
-    return t
+# ---------------------------------------------------------------- the step
 
 
 def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip: float):
@@ -310,7 +244,7 @@ def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip
     loss, gn = step_body(model, params, optimizer, x, y, rt.autocast, grad_clip)
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return _all_reduce_mean(loss, rt), gn, lr
+    return all_reduce_mean(loss, rt), gn, lr
 
 
 def build_step(cfg, rt: Runtime, model, train_model, params, optimizer, scheduler, grad_clip: float):
@@ -324,150 +258,7 @@ def build_step(cfg, rt: Runtime, model, train_model, params, optimizer, schedule
     return functools.partial(train_step, train_model, params, optimizer, scheduler, rt=rt, grad_clip=grad_clip)
 
 
-class LogWindow:
-    """The steps since the last flush, values kept on the device; `flush` makes the train/* rows with one
-    host sync. tokens/s counts the window's wall time less the work done `aside` (eval, checkpoints, maps)."""
-
-    def __init__(self, tokens_per_step: int, grad_clip: float, clock=time.perf_counter):
-        self.tokens_per_step, self.grad_clip, self.clock = tokens_per_step, grad_clip, clock
-        self.restart()
-
-    def restart(self) -> None:
-        self.steps: list[tuple[int, torch.Tensor, torch.Tensor, float]] = []
-        self.started, self.excluded = self.clock(), 0.0
-
-    def add(self, step: int, loss: torch.Tensor, gn: torch.Tensor, lr: float) -> None:
-        self.steps.append((step, loss, gn, lr))
-
-    def __len__(self) -> int:
-        return len(self.steps)
-
-    @contextlib.contextmanager
-    def aside(self):
-        t0 = self.clock()
-        try:
-            yield
-        finally:
-            self.excluded += self.clock() - t0
-
-    def flush(self) -> list[tuple[int, dict]]:
-        """(step, row) for each step of the window, oldest first; the last row also has tokens/s and clip share."""
-        if not self.steps:
-            return []
-        values = torch.stack([torch.stack([loss, gn]) for _, loss, gn, _ in self.steps]).float().tolist()  # the sync
-        elapsed = self.clock() - self.started - self.excluded
-        rows, clipped = [], 0
-        for (at, _, _, lr), (loss, gn) in zip(self.steps, values):
-            clipped += self.grad_clip > 0 and gn > self.grad_clip
-            rows.append((at, {K.TRAIN_LOSS: loss, K.GRAD_NORM: gn, K.TRAIN_LR: lr,
-                              K.TRAIN_TOKENS: (at + 1) * self.tokens_per_step}))
-        rows[-1][1].update({K.TRAIN_TOKENS_PER_S: self.tokens_per_step * len(rows) / max(elapsed, 1e-9),
-                            K.TRAIN_GRAD_CLIP_FRAC: clipped / len(rows)})
-        self.restart()
-        return rows
-
-
-# ---------------------------------------------------------------- progress and interrupts
-
-
-class Progress:
-    """A tqdm bar on a terminal; elsewhere (SLURM, nohup) a line every `train.progress_every` steps with an ETA."""
-
-    def __init__(self, cfg, rt: Runtime, start: int):
-        setting, self.total, self.start = cfg.train.progress, cfg.train.max_steps, start
-        on_terminal = sys.stderr.isatty()
-        bar = rt.is_main and (setting is True or (setting == "auto" and on_terminal))
-        self.every = cfg.train.get("progress_every", 0) if rt.is_main and setting == "auto" and not on_terminal else 0
-        self.bar = tqdm(total=self.total, initial=start, disable=not bar, desc="train", dynamic_ncols=True)
-        self.started, self.next_line = time.perf_counter(), (start // self.every + 1) * self.every if self.every else 0
-
-    def update(self) -> None:
-        self.bar.update(1)
-
-    def note(self, step: int, loss: float) -> None:
-        """After a window is flushed: `step` updates done, `loss` the latest training loss."""
-        self.bar.set_postfix(loss=f"{loss:.3f}")
-        if self.every and step >= self.next_line:
-            self.next_line = (step // self.every + 1) * self.every
-            elapsed = time.perf_counter() - self.started
-            eta = elapsed / max(step - self.start, 1) * (self.total - step)
-            print(f"[andrea-exp] step {step}/{self.total} ({100 * step / self.total:.0f}%) loss {loss:.4f} "
-                  f"elapsed {_clock(elapsed)} ETA {_clock(eta)}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-class StopRequest:
-    """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
-    gets the previous handler (Ctrl-C twice still kills a stuck run)."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict = {}
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous = {}
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-        self._restore()
-
-    def agreed(self, rt: Runtime, at_sync_point: bool) -> bool:
-        """Stop now? Under DDP every process must stop at the same step: they agree at window flushes."""
-        if rt.world_size == 1:
-            return self.signum is not None
-        if not at_sync_point:
-            return False
-        flag = torch.tensor([self.signum or 0], device=rt.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        self.signum = int(flag.item()) or None
-        return self.signum is not None
-
-
-# ---------------------------------------------------------------- the run's summary
-
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def git_facts(here: Path = PACKAGE_DIR) -> dict:
-    """The code's commit and whether tracked files differ from it; None for both outside a git checkout."""
-
-    def git(*args) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {K.RUN_GIT_COMMIT: commit, K.RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
-
-
-def run_facts(rt: Runtime, model: Andrea, vocab_size: int) -> dict:
-    gpu = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
-    return {K.TRAIN_WORLD_SIZE: rt.world_size, K.MODEL_PARAMS: model.num_params(), K.SYSTEM_GPU: gpu,
-            K.SYSTEM_TORCH: torch.__version__, K.SYSTEM_CUDA: torch.version.cuda,
-            K.DATA_LOG_VOCAB: math.log(vocab_size), **git_facts()}
+# ---------------------------------------------------------------- between steps: checkpoints, evaluation, rows
 
 
 def save_checkpoint(ckpt_dir: Path, st: LoopState, s: Settings, settings: dict, model, optimizer, scheduler) -> None:

@@ -27,7 +27,8 @@ import torch
 
 from andrea_exp.data import build_dataset
 from andrea_exp.graphed_step import GraphedStep
-from andrea_exp.train import build_model, build_optimizer, build_step, local_batch_size, setup_runtime
+from andrea_exp.runtime import setup_runtime
+from andrea_exp.train import build_model, build_optimizer, build_step, local_batch_size
 from benchmarks.common import compose_cfg, git_commit
 
 D_KS = (64, 4096)

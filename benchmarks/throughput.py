@@ -36,7 +36,8 @@ import torch
 from andrea_exp.attention import SDPA_BACKENDS, fused_attention
 from andrea_exp.data import build_dataset
 from andrea_exp.probe import Probe
-from andrea_exp.train import build_model, build_optimizer, grad_norm, setup_runtime
+from andrea_exp.runtime import setup_runtime
+from andrea_exp.train import build_model, build_optimizer, grad_norm
 from benchmarks.common import compose_cfg, git_commit
 from benchmarks.reference_gpt import GPT, GPTConfig
 

@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_dir
 
 from andrea_exp.config import ConfigError
 from andrea_exp.graphed_step import GraphedStep, use_cuda_graph
-from andrea_exp.train import build_model, build_optimizer, build_step, setup_runtime
+from andrea_exp.runtime import setup_runtime
+from andrea_exp.train import build_model, build_optimizer, build_step
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 ON = dict(device_type="cuda", world_size=1, compile=False, dropout=0.0)

@@ -15,17 +15,11 @@ from omegaconf import OmegaConf
 from andrea_exp import checkpoint
 from andrea_exp import metric_keys as K
 from andrea_exp.config import ConfigError
-from andrea_exp.train import (
-    DivergenceWatch,
-    LogWindow,
-    LoopState,
-    Runtime,
-    StopRequest,
-    git_facts,
-    probe_due,
-    setup_runtime,
-    train,
-)
+from andrea_exp.interrupts import StopRequest
+from andrea_exp.logwindow import LogWindow
+from andrea_exp.runfacts import git_facts
+from andrea_exp.runtime import Runtime, setup_runtime
+from andrea_exp.train import DivergenceWatch, LoopState, probe_due, train
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 TINY = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",

@@ -1,0 +1,64 @@
+"""SIGINT and SIGTERM as a request to stop cleanly: `StopRequest` turns the first signal into a flag the
+loop reads between steps (under DDP the processes agree at window flushes, so all stop at the same step)
+and `Interrupted` carries the written summary and the shell's exit code (130 / 143) out of `train()`; a
+module of its own because signal handlers are process-wide state with their own rules (main thread only,
+restored on exit, a second signal kills)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import torch
+import torch.distributed as dist
+
+from andrea_exp import metric_keys as K
+from andrea_exp.runtime import Runtime
+
+
+class Interrupted(Exception):
+    """SIGINT / SIGTERM ended the run after a checkpoint and a summary were written."""
+
+    def __init__(self, signum: int, summary: dict):
+        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {summary.get(K.RUN_STEPS)}")
+        self.signum, self.summary = signum, summary
+        self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+
+
+class StopRequest:
+    """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
+    gets the previous handler (Ctrl-C twice still kills a stuck run)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        self._restore()
+
+    def agreed(self, rt: Runtime, at_sync_point: bool) -> bool:
+        """Stop now? Under DDP every process must stop at the same step: they agree at window flushes."""
+        if rt.world_size == 1:
+            return self.signum is not None
+        if not at_sync_point:
+            return False
+        flag = torch.tensor([self.signum or 0], device=rt.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.signum = int(flag.item()) or None
+        return self.signum is not None

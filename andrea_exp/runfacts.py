@@ -1,0 +1,40 @@
+"""Facts about a run that are not measurements of training (the code's git commit and whether it was
+edited, the number of processes, the parameter count, the GPU, torch and CUDA versions, log(vocab)), put in
+the summary so a result can be traced to the code and machine that made it; a module of its own because
+these ask the outside world (git, the CUDA driver), not the training."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import torch
+
+from andrea_exp import metric_keys as K
+from andrea_exp.model import Andrea
+from andrea_exp.runtime import Runtime
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def git_facts(here: Path = PACKAGE_DIR) -> dict:
+    """The code's commit and whether tracked files differ from it; None for both outside a git checkout."""
+
+    def git(*args) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {K.RUN_GIT_COMMIT: commit, K.RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
+
+
+def run_facts(rt: Runtime, model: Andrea, vocab_size: int) -> dict:
+    gpu = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
+    return {K.TRAIN_WORLD_SIZE: rt.world_size, K.MODEL_PARAMS: model.num_params(), K.SYSTEM_GPU: gpu,
+            K.SYSTEM_TORCH: torch.__version__, K.SYSTEM_CUDA: torch.version.cuda,
+            K.DATA_LOG_VOCAB: math.log(vocab_size), **git_facts()}
