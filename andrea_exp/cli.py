@@ -60,7 +60,8 @@ def run_job(cfg: DictConfig) -> dict:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
-    from andrea_exp.train import AlreadyFinished, Interrupted, train  # torch import kept out of config errors' path
+    from andrea_exp.interrupts import Interrupted  # torch imports kept out of config errors' path
+    from andrea_exp.train import AlreadyFinished, train
 
     try:
         summary = train(cfg, run_dir)
