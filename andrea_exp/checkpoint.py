@@ -18,6 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from andrea_exp.config import ConfigError
+from andrea_exp.rundir import flatten
 from andrea_exp.schema import is_scientific
 
 LATEST = "latest.pt"
@@ -119,19 +120,9 @@ def restore(state: dict, *, model, optimizer, scheduler, max_steps: int, path: P
 # ---------------------------------------------------------------- the settings a resume must keep
 
 
-def _flatten(node: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in node.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def scientific_settings(cfg) -> dict:
     """The resolved config flattened to dotted keys, scientific settings only (`schema.is_scientific`)."""
-    flat = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    flat = flatten(OmegaConf.to_container(cfg, resolve=True))
     return {key: value for key, value in sorted(flat.items())
             if is_scientific(key)}
 

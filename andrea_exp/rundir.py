@@ -32,6 +32,17 @@ def jsonable(value):
     return value
 
 
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"model": {"d_k": 64}} -> {"model.d_k": 64}: a config as the dotted keys users type."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def parse_number(value):
     """metrics.jsonl stores non-finite floats as strings; give them back as floats."""
     if isinstance(value, str) and value.strip().lower() in NON_FINITE:

@@ -30,23 +30,12 @@ def _pandas():
     return pandas
 
 
-def flatten(tree: dict, prefix: str = "") -> dict:
-    """{"model": {"d_k": 64}} -> {"model.d_k": 64}."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def run_row(run_dir: Path) -> dict:
     """One run as a flat record: path, status, its summary values, and its config as `config.<dotted key>`."""
     summary = {k: v for k, v in rundir.read_summary(run_dir).items() if k != "config"}
     row = {"path": str(run_dir), "status": summary.pop(RUN_STATUS, None)}
     row.update(summary)
-    row.update({CONFIG_PREFIX + k: v for k, v in flatten(rundir.read_config(run_dir)).items()})
+    row.update({CONFIG_PREFIX + k: v for k, v in rundir.flatten(rundir.read_config(run_dir)).items()})
     return row
 
 

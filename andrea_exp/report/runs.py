@@ -22,24 +22,13 @@ from andrea_exp.rundir import (
     MAPS_DIR,
     METRICS_FILE,
     SUMMARY_FILE,
+    flatten,
     parse_number,
     read_metrics,
     read_summary,
 )
 
 SKIP_DIRS = {"wandb", CHECKPOINT_DIR, MAPS_DIR, HYDRA_DIR}  # never hold a run of their own
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    """{"model": {"d_k": 64}} -> {"model.d_k": 64}."""
-    flat = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
 
 
 @dataclass
