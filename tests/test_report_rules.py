@@ -134,7 +134,7 @@ def test_places_orders_d_k_numerically_then_as_text():
 
 
 def test_places_writes_floats_short_and_drops_source_only_beside_an_experiment():
-    assert places([Check({"ratio": 3.0}, True)]) == "ratio=3"
+    assert places([Check({"ratio": 3.0, "causal": True}, True)]) == "ratio=3 causal=True"
     assert places([Check({"experiment": "qk_init", "source": "model", "d_k": 64}, True)]) == "[qk_init] at d_k=64"
     assert places([Check({"source": "synthetic", "d_k": 64}, True)]) == "source=synthetic at d_k=64"
 
