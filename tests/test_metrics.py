@@ -294,3 +294,17 @@ def test_qk_layernorm_spectral_norm_is_that_of_the_centred_gain_form():
     centre = torch.eye(d_k, dtype=torch.float64) - 1.0 / d_k
     form = centre @ torch.diag((gain_q[1] * gain_k[1]).double()) @ centre
     assert got[1].item() == pytest.approx(0.5 * torch.linalg.svdvals(form)[0].item(), rel=1e-6)
+
+
+def test_component_std_over_chosen_dims_keeps_the_others():
+    t = torch.tensor([[1.0, 3.0], [5.0, 9.0]])  # rows: std 1 and 2; columns: std 2 and 3
+    assert component_std(t, dims=-1).tolist() == pytest.approx([1.0, 2.0])
+    assert component_std(t, dims=0).tolist() == pytest.approx([2.0, 3.0])
+
+
+@pytest.mark.parametrize("lead", [(), (2, 3)])
+def test_qk_layernorm_spectral_norm_reads_d_k_from_the_last_dim(lead):
+    # d_k = 4 gains with 0, 1 or 2 leading dims: unit gains give the centring projector, top singular value 1
+    gains = torch.ones(*lead, 4)
+    got = qk_layernorm_spectral_norm(gains, gains, scale=2.0)
+    assert got.shape == lead and torch.allclose(got, torch.full(lead, 2.0))
