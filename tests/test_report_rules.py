@@ -131,6 +131,7 @@ def test_a_cell_with_no_known_loss_is_never_the_best():
 def test_places_orders_d_k_numerically_then_as_text():
     checks = [Check({"d_k": d, "causal": True}, False) for d in (1024, "b", 64, "a", 256)]
     assert places(checks) == "causal=True at d_k=64, 256, 1024, a, b"
+    assert places([Check({"causal": True}, True), Check({}, True)]) == "causal=True; everywhere"  # no d_k
 
 
 def test_places_writes_floats_short_and_drops_source_only_beside_an_experiment():

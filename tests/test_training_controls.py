@@ -118,3 +118,40 @@ def test_lr_without_warmup_starts_at_the_peak(tmp_path):
 def test_tokens_count_every_sequence_of_every_step(tmp_path):
     steps, _ = run(tmp_path, "train.max_steps=5", "train.log_every=2", "train.batch_size=4", "data.seq_len=8")
     assert [steps[s]["train/tokens"] for s in range(5)] == [(s + 1) * 4 * 8 for s in range(5)]
+
+
+# ---------------------------------------------------------------- the probe schedule and the divergence rule
+# (pure functions: no training run needed)
+
+
+def due(cadence: dict, until: int = 40) -> list[int]:
+    from andrea_exp.train import probe_due
+
+    return [s for s in range(until) if probe_due(s, cadence)]
+
+
+def test_no_probe_settings_means_no_probes():
+    assert due({}) == []
+
+
+def test_every_one_probes_every_step():
+    assert due({"every": 1}, until=5) == [0, 1, 2, 3, 4]
+
+
+def test_dense_settings_left_out_keep_the_plain_cadence():
+    assert due({"every": 10, "dense_every": 2}) == [0, 10, 20, 30]  # no dense_until: no dense start
+    assert due({"every": 10, "dense_until": 5}) == [0, 10, 20, 30]  # no dense_every: no dense start
+
+
+def test_dense_every_one_probes_each_step_below_dense_until_only():
+    assert due({"every": 10, "dense_until": 4, "dense_every": 1}) == [0, 1, 2, 3, 10, 20, 30]
+
+
+def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
+    from andrea_exp.train import DivergenceWatch
+
+    watch = DivergenceWatch(factor=2.0, patience=2)
+    watch.load_state({"initial_loss": 1.0})
+    assert (watch.initial, watch.streak) == (1.0, 0)
+    watch.check(5, 3.0, 0.5)  # one step above 2 x 1.0: a streak of 1, below patience
+    assert watch.streak == 1
