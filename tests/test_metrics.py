@@ -308,3 +308,18 @@ def test_qk_layernorm_spectral_norm_reads_d_k_from_the_last_dim(lead):
     gains = torch.ones(*lead, 4)
     got = qk_layernorm_spectral_norm(gains, gains, scale=2.0)
     assert got.shape == lead and torch.allclose(got, torch.full(lead, 2.0))
+
+
+@pytest.mark.parametrize("dtype, computed_in", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                                (torch.float64, torch.float64)])
+def test_jacobian_norm_is_computed_in_float32_at_least(dtype, computed_in):
+    # a row of 4 equal entries: ||J||_F = sqrt(1/4 - 1/16), exact in every float format the input can hold
+    row = torch.full((1, 4), 0.25, dtype=dtype)
+    got = softmax_jacobian_norm(row)
+    assert got.dtype == computed_in
+    assert got.item() == pytest.approx(math.sqrt(0.25 - 1 / 16), rel=1e-6)
+
+
+def test_sorted_quantiles_of_empty_rows_are_nan_with_the_leading_shape():
+    got = sorted_quantiles(torch.empty(2, 3, 0))
+    assert got.shape == (2, 3, 3) and torch.isnan(got).all()
