@@ -132,6 +132,12 @@ def test_places_orders_d_k_numerically_then_as_text():
     checks = [Check({"d_k": d, "causal": True}, False) for d in (1024, "b", 64, "a", 256)]
     assert places(checks) == "causal=True at d_k=64, 256, 1024, a, b"
     assert places([Check({"causal": True}, True), Check({}, True)]) == "causal=True; everywhere"  # no d_k
+    assert places([Check({"d_k": 64}, True), Check({"d_k": 256}, True)]) == "d_k=64, 256"  # only d_k
+
+
+def test_places_names_four_and_counts_the_rest():
+    checks = [Check({"lr": lr}, True) for lr in range(1, 7)]
+    assert places(checks) == "lr=1; lr=2; lr=3; lr=4 (+2 more)"
 
 
 def test_places_writes_floats_short_and_drops_source_only_beside_an_experiment():
