@@ -155,3 +155,13 @@ def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
     assert (watch.initial, watch.streak) == (1.0, 0)
     watch.check(5, 3.0, 0.5)  # one step above 2 x 1.0: a streak of 1, below patience
     assert watch.streak == 1
+
+
+def test_adam_betas_and_weight_decay_come_from_the_settings():
+    from andrea_exp.train import build_model, build_optimizer
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        cfg = compose("config", overrides=[*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3"])
+    optimizer, _ = build_optimizer(build_model(cfg, vocab_size=16), cfg, torch.device("cpu"))
+    assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
+    assert sorted({group["weight_decay"] for group in optimizer.param_groups}) == [0.0, 0.3]
