@@ -323,3 +323,22 @@ def test_jacobian_norm_is_computed_in_float32_at_least(dtype, computed_in):
 def test_sorted_quantiles_of_empty_rows_are_nan_with_the_leading_shape():
     got = sorted_quantiles(torch.empty(2, 3, 0))
     assert got.shape == (2, 3, 3) and torch.isnan(got).all()
+
+
+def test_head_stats_of_stacked_layers_are_each_layers_own():
+    # (L, B, H, T, T) at once must equal each layer's (B, H, T, T) stats stacked
+    torch.manual_seed(0)
+    scores = torch.randn(3, 2, 2, 4, 4)
+    pattern = torch.softmax(scores.masked_fill(~visible_keys(4, 4, True), -math.inf), -1)
+    stacked = head_attention_stats(scores, pattern, causal=True)
+    for key, value in stacked.items():
+        assert value.shape == (3, 2)
+        per_layer = torch.stack([head_attention_stats(scores[i], pattern[i], causal=True)[key] for i in range(3)])
+        assert torch.allclose(value, per_layer, equal_nan=True), key
+
+
+def test_entropy_norm_with_a_single_kept_row():
+    # B = 1, causal T = 2: row 0 sees one key (left out), row 1 is uniform over two keys: entropy_norm 1
+    pattern = torch.tensor([[[[1.0, 0.0], [0.5, 0.5]]]])  # (1, 1, 2, 2)
+    got = head_attention_stats(torch.zeros(1, 1, 2, 2), pattern, causal=True)["entropy_norm"]
+    assert got.item() == pytest.approx(1.0)
