@@ -165,3 +165,13 @@ def test_adam_betas_and_weight_decay_come_from_the_settings():
     optimizer, _ = build_optimizer(build_model(cfg, vocab_size=16), cfg, torch.device("cpu"))
     assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
     assert sorted({group["weight_decay"] for group in optimizer.param_groups}) == [0.0, 0.3]
+
+
+def test_one_warmup_step_starts_at_half_the_lr(tmp_path):
+    lr, ratio, max_steps = 1e-2, 0.5, 3
+    steps, _ = run(tmp_path, f"train.max_steps={max_steps}", "train.log_every=3", f"train.lr={lr}",
+                   f"train.min_lr_ratio={ratio}", "train.warmup_steps=1")
+    floor = lr * ratio
+    # ramp: lr / (1 + 1) at step 0; then the cosine over the 2 remaining steps from the peak
+    by_hand = [lr / 2, lr, floor + (lr - floor) * (1 + math.cos(math.pi / 2)) / 2]
+    assert [steps[s]["train/lr"] for s in range(max_steps)] == pytest.approx(by_hand, rel=1e-6)
