@@ -342,3 +342,10 @@ def test_entropy_norm_with_a_single_kept_row():
     pattern = torch.tensor([[[[1.0, 0.0], [0.5, 0.5]]]])  # (1, 1, 2, 2)
     got = head_attention_stats(torch.zeros(1, 1, 2, 2), pattern, causal=True)["entropy_norm"]
     assert got.item() == pytest.approx(1.0)
+
+
+def test_normalized_entropy_keeps_the_entropy_precision():
+    # log 3 / log 3 in float64: exactly 1 up to float64 rounding (a float32 log would be off by ~1e-8)
+    n_visible = torch.tensor([3])
+    got = normalized_entropy(torch.tensor([math.log(3)], dtype=torch.float64), n_visible)
+    assert got.dtype == torch.float64 and abs(got.item() - 1.0) < 1e-14

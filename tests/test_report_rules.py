@@ -14,7 +14,7 @@ from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
 from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, Check, places, verdict
 from andrea_exp.report.runs import Run
-from andrea_exp.report.seeds import distinct_cells, seed_check, seed_vote, seeds_needed, window_mean
+from andrea_exp.report.seeds import distinct_cells, paired, seed_check, seed_vote, seeds_needed, window_mean
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 
@@ -125,6 +125,21 @@ def test_a_cell_with_no_known_loss_is_never_the_best():
     assert bestlr.mean_final(unknown) == math.inf
     measured = lr_cell(1e-2, [3.0, 3.0])
     assert bestlr.best_cell([unknown, measured]) is measured
+
+
+def test_only_lr_sweep_cells_with_an_lr_axis_are_grouped():
+    trained = Cell({"train.lr": 1e-3}, [make_run(0, lr=1e-3)], "claims_grid")  # a training cell, not a sweep
+    sweep = [lr_cell(1e-3, [2.0]), lr_cell(1e-2, [1.0])]
+    groups = bestlr.lr_groups([trained, *sweep])
+    assert [[c.get("train.lr") for c in g] for g in groups] == [[1e-3, 1e-2]]
+
+
+def test_paired_keeps_seeds_both_cells_ran_and_drops_non_finite():
+    a = Cell({}, [make_run(s, final=1.0 + s) for s in (0, 1, 2)], "x")
+    b = Cell({}, [make_run(s, final=10.0 * s) for s in (1, 2, 3)], "x")
+    final = bestlr.final_loss
+    assert paired(a, b, final, final, lambda x, y: y - x) == {1: 8.0, 2: 17.0}
+    assert paired(a, b, final, final, lambda x, y: math.nan if y > 15 else None if y < 15 else 0.0) == {}
 
 
 # ------------------------------------------------------------------ places and per-part verdicts
