@@ -349,3 +349,9 @@ def test_normalized_entropy_keeps_the_entropy_precision():
     n_visible = torch.tensor([3])
     got = normalized_entropy(torch.tensor([math.log(3)], dtype=torch.float64), n_visible)
     assert got.dtype == torch.float64 and abs(got.item() - 1.0) < 1e-14
+
+
+def test_masked_std_of_a_single_visible_entry_is_zero():
+    scores = torch.tensor([[3.0, -1e9], [2.0, 5.0]])
+    visible = torch.tensor([[True, False], [True, True]])
+    assert masked_std(scores, visible, -1).tolist() == pytest.approx([0.0, 1.5])
