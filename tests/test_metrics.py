@@ -355,3 +355,13 @@ def test_masked_std_of_a_single_visible_entry_is_zero():
     scores = torch.tensor([[3.0, -1e9], [2.0, 5.0]])
     visible = torch.tensor([[True, False], [True, True]])
     assert masked_std(scores, visible, -1).tolist() == pytest.approx([0.0, 1.5])
+
+
+def test_masks_and_empty_quantiles_are_made_on_the_callers_device():
+    # the "meta" device stands in for a GPU: a mask made on the default (CPU) device would show here
+    meta = torch.device("meta")
+    assert visible_keys(3, 3, True, meta).device == meta and visible_keys(3, 3, False, meta).device == meta
+    assert visible_count(3, 3, True, meta).device == meta
+    assert sorted_quantiles(torch.empty(2, 0, device=meta)).device == meta
+    pattern = torch.empty(1, 1, 3, 3, device=meta)
+    assert all(v.device == meta for v in head_attention_stats(pattern, pattern, causal=True).values())
