@@ -12,7 +12,7 @@ from andrea_exp.report import bestlr, growth, static
 from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
-from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, Check, places, verdict
+from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, Check, places, progress, verdict
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import distinct_cells, paired, seed_check, seed_vote, seeds_needed, window_mean
 from andrea_exp.report.stats import stat
@@ -153,6 +153,17 @@ def test_places_orders_d_k_numerically_then_as_text():
 def test_places_names_four_and_counts_the_rest():
     checks = [Check({"lr": lr}, True) for lr in range(1, 7)]
     assert places(checks) == "lr=1; lr=2; lr=3; lr=4 (+2 more)"
+    assert places(checks[:4]) == "lr=1; lr=2; lr=3; lr=4"
+
+
+def test_a_categorical_condition_names_every_passing_value():
+    checks = [Check({"init": v}, v != "gpt2") for v in ("unit", "gpt2", "small")]
+    assert verdict(checks).condition == "init = 'small' or 'unit'"
+
+
+def test_progress_with_a_small_or_no_learnable_gap():
+    assert progress(2.0, 1.75, 1.5) == pytest.approx(0.5)  # a gap below 1 nat still counts
+    assert progress(2.0, 1.0, 2.0) == 0.0  # no gap to close
 
 
 def test_places_writes_floats_short_and_drops_source_only_beside_an_experiment():
