@@ -175,3 +175,24 @@ def test_one_warmup_step_starts_at_half_the_lr(tmp_path):
     # ramp: lr / (1 + 1) at step 0; then the cosine over the 2 remaining steps from the peak
     by_hand = [lr / 2, lr, floor + (lr - floor) * (1 + math.cos(math.pi / 2)) / 2]
     assert [steps[s]["train/lr"] for s in range(max_steps)] == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_a_fresh_divergence_watch_has_no_streak():
+    from andrea_exp.train import DivergenceWatch
+
+    assert DivergenceWatch(factor=2.0, patience=3).state() == {"initial_loss": None, "diverge_streak": 0}
+
+
+def test_tokens_per_s_over_a_short_window_that_starts_late():
+    # a clock that does not start at 0, and a window shorter than 1 s: 2 steps x 50 tokens in 0.5 s
+    try:
+        from andrea_exp.logwindow import LogWindow
+    except ImportError:
+        from andrea_exp.train import LogWindow
+    from andrea_exp import metric_keys as K
+
+    clock = iter([100.0, 100.5, 101.0])  # start, flush, restart
+    window = LogWindow(tokens_per_step=50, grad_clip=0.0, clock=lambda: next(clock))
+    window.add(0, torch.tensor(1.0), torch.tensor(1.0), 0.1)
+    window.add(1, torch.tensor(1.0), torch.tensor(1.0), 0.1)
+    assert window.flush()[-1][1][K.TRAIN_TOKENS_PER_S] == pytest.approx(200.0)
