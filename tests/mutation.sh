@@ -20,27 +20,42 @@ JOBS="${MUTATION_JOBS:-2}"
 MUTMUT_VERSION="${MUTMUT_VERSION:-3.8.1}"
 PYTHON="${PYTHON:-python}"
 
-# module -> the file mutmut mutates
+# module -> the files mutmut mutates (space-separated)
 declare -A SOURCE=(
   [attention]="andrea_exp/attention.py"
   [data]="andrea_exp/data.py"
   [metrics]="andrea_exp/metrics.py"
-  [train]="andrea_exp/train.py"
-  [report_rules]="andrea_exp/report/rules.py"
+  [train]="andrea_exp/train.py andrea_exp/graphed_step.py"
+  [report_rules]="andrea_exp/report/rules.py andrea_exp/report/seeds.py andrea_exp/report/bestlr.py"
 )
 # the rules lived in andrea_exp/report_rules.py before the report became a package
-[[ -f "$REPO/${SOURCE[report_rules]}" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
+[[ -f "$REPO/andrea_exp/report/rules.py" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
+# LogWindow may live in its own module (andrea_exp/logwindow.py) or still in train.py
+LOGWINDOW_GLOB="andrea_exp.train.xǁLogWindowǁ*"
+if [[ -f "$REPO/andrea_exp/logwindow.py" ]]; then
+  SOURCE[train]+=" andrea_exp/logwindow.py"
+  LOGWINDOW_GLOB="andrea_exp.logwindow.xǁLogWindowǁ*"
+fi
+# drop a listed file that no longer exists (a module split moved it): mutmut stops on a missing path
+for module in "${!SOURCE[@]}"; do
+  kept=""
+  for file in ${SOURCE[$module]}; do [[ -f "$REPO/$file" ]] && kept+="${kept:+ }$file"; done
+  SOURCE[$module]="$kept"
+done
 
 # module -> pytest arguments selecting the tests that cover it (slow end-to-end tests left out: they
-# would run once per mutant)
+# would run once per mutant; git_facts needs a git checkout, which the scratch copy is not)
 declare -A TESTS=(
   [attention]="tests/test_attention.py"
   [data]="tests/test_data.py --deselect tests/test_data.py::test_briefly_trained_causal_model_stays_above_the_floor"
-  [metrics]="tests/test_metrics.py"
-  [train]="tests/test_training_controls.py tests/test_divergence.py
+  [metrics]="tests/test_metrics.py tests/test_probe.py
+             --deselect tests/test_probe.py::test_probes_every_step_leave_the_training_curve_identical"
+  [train]="tests/test_training_controls.py tests/test_train_loop.py tests/test_divergence.py
+           --deselect tests/test_train_loop.py::test_git_facts_in_and_outside_a_checkout
            --deselect tests/test_divergence.py::test_blown_up_run_ends_as_diverged_with_exit_0
            --deselect tests/test_divergence.py::test_a_diverging_cell_does_not_stop_the_sweep"
-  [report_rules]="tests/test_report.py"
+  [report_rules]="tests/test_report_rules.py tests/test_report.py
+                  --deselect tests/test_report.py::test_report_on_a_real_tiny_sweep"
 )
 
 # module -> mutant-name globs (mutmut's names: module.x_function, module.xǁClassǁmethod); empty: all
@@ -48,7 +63,9 @@ declare -A FUNCTIONS=(
   [attention]=""
   [data]="andrea_exp.data.xǁMarkovSourceǁ* andrea_exp.data.x_floor_standard_error__mutmut_* andrea_exp.data.xǁDatasetǁfloor_standard_error__mutmut_*"
   [metrics]=""
-  [train]="andrea_exp.train.x_build_optimizer* andrea_exp.train.x_grad_norm* andrea_exp.train.x_lr_* andrea_exp.train.x_*schedule* andrea_exp.train.x_*clip* andrea_exp.train.xǁDivergenceWatchǁ*"
+  # the stability study's controls: warmup + cosine schedule, clipping in the step, the divergence rule,
+  # the probe schedule and the logged window (grad norm and clip share)
+  [train]="andrea_exp.train.x_build_optimizer__mutmut_* andrea_exp.train.x_probe_due__mutmut_* andrea_exp.train.xǁDivergenceWatchǁ* andrea_exp.graphed_step.x_step_body__mutmut_* andrea_exp.graphed_step.x_grad_norm__mutmut_* $LOGWINDOW_GLOB"
   [report_rules]=""
 )
 
@@ -68,7 +85,7 @@ prepare_copy() {
   (cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$dest"
   "$PYTHON" - "$dest/pyproject.toml" "${SOURCE[$module]}" ${TESTS[$module]} <<'PY'
 import json, sys
-path, source, selection = sys.argv[1], sys.argv[2], sys.argv[3:]
+path, sources, selection = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 kept, skipping = [], False
 for line in open(path).read().splitlines():
     if line.startswith("["):
@@ -76,7 +93,7 @@ for line in open(path).read().splitlines():
     if not skipping:
         kept.append(line)
 kept += ["", "[tool.mutmut]", 'source_paths = ["andrea_exp"]', 'also_copy = ["conf"]',
-         f"only_mutate = {json.dumps([source])}",
+         f"only_mutate = {json.dumps(sources)}",
          f"pytest_add_cli_args_test_selection = {json.dumps(selection)}",
          # torch is not fork-safe once used: fork workers from a server that has only imported pytest
          'process_isolation = "forkserver"', "use_git_change_detection = false"]

@@ -294,3 +294,74 @@ def test_qk_layernorm_spectral_norm_is_that_of_the_centred_gain_form():
     centre = torch.eye(d_k, dtype=torch.float64) - 1.0 / d_k
     form = centre @ torch.diag((gain_q[1] * gain_k[1]).double()) @ centre
     assert got[1].item() == pytest.approx(0.5 * torch.linalg.svdvals(form)[0].item(), rel=1e-6)
+
+
+def test_component_std_over_chosen_dims_keeps_the_others():
+    t = torch.tensor([[1.0, 3.0], [5.0, 9.0]])  # rows: std 1 and 2; columns: std 2 and 3
+    assert component_std(t, dims=-1).tolist() == pytest.approx([1.0, 2.0])
+    assert component_std(t, dims=0).tolist() == pytest.approx([2.0, 3.0])
+
+
+@pytest.mark.parametrize("lead", [(), (2, 3)])
+def test_qk_layernorm_spectral_norm_reads_d_k_from_the_last_dim(lead):
+    # d_k = 4 gains with 0, 1 or 2 leading dims: unit gains give the centring projector, top singular value 1
+    gains = torch.ones(*lead, 4)
+    got = qk_layernorm_spectral_norm(gains, gains, scale=2.0)
+    assert got.shape == lead and torch.allclose(got, torch.full(lead, 2.0))
+
+
+@pytest.mark.parametrize("dtype, computed_in", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                                (torch.float64, torch.float64)])
+def test_jacobian_norm_is_computed_in_float32_at_least(dtype, computed_in):
+    # a row of 4 equal entries: ||J||_F = sqrt(1/4 - 1/16), exact in every float format the input can hold
+    row = torch.full((1, 4), 0.25, dtype=dtype)
+    got = softmax_jacobian_norm(row)
+    assert got.dtype == computed_in
+    assert got.item() == pytest.approx(math.sqrt(0.25 - 1 / 16), rel=1e-6)
+
+
+def test_sorted_quantiles_of_empty_rows_are_nan_with_the_leading_shape():
+    got = sorted_quantiles(torch.empty(2, 3, 0))
+    assert got.shape == (2, 3, 3) and torch.isnan(got).all()
+
+
+def test_head_stats_of_stacked_layers_are_each_layers_own():
+    # (L, B, H, T, T) at once must equal each layer's (B, H, T, T) stats stacked
+    torch.manual_seed(0)
+    scores = torch.randn(3, 2, 2, 4, 4)
+    pattern = torch.softmax(scores.masked_fill(~visible_keys(4, 4, True), -math.inf), -1)
+    stacked = head_attention_stats(scores, pattern, causal=True)
+    for key, value in stacked.items():
+        assert value.shape == (3, 2)
+        per_layer = torch.stack([head_attention_stats(scores[i], pattern[i], causal=True)[key] for i in range(3)])
+        assert torch.allclose(value, per_layer, equal_nan=True), key
+
+
+def test_entropy_norm_with_a_single_kept_row():
+    # B = 1, causal T = 2: row 0 sees one key (left out), row 1 is uniform over two keys: entropy_norm 1
+    pattern = torch.tensor([[[[1.0, 0.0], [0.5, 0.5]]]])  # (1, 1, 2, 2)
+    got = head_attention_stats(torch.zeros(1, 1, 2, 2), pattern, causal=True)["entropy_norm"]
+    assert got.item() == pytest.approx(1.0)
+
+
+def test_normalized_entropy_keeps_the_entropy_precision():
+    # log 3 / log 3 in float64: exactly 1 up to float64 rounding (a float32 log would be off by ~1e-8)
+    n_visible = torch.tensor([3])
+    got = normalized_entropy(torch.tensor([math.log(3)], dtype=torch.float64), n_visible)
+    assert got.dtype == torch.float64 and abs(got.item() - 1.0) < 1e-14
+
+
+def test_masked_std_of_a_single_visible_entry_is_zero():
+    scores = torch.tensor([[3.0, -1e9], [2.0, 5.0]])
+    visible = torch.tensor([[True, False], [True, True]])
+    assert masked_std(scores, visible, -1).tolist() == pytest.approx([0.0, 1.5])
+
+
+def test_masks_and_empty_quantiles_are_made_on_the_callers_device():
+    # the "meta" device stands in for a GPU: a mask made on the default (CPU) device would show here
+    meta = torch.device("meta")
+    assert visible_keys(3, 3, True, meta).device == meta and visible_keys(3, 3, False, meta).device == meta
+    assert visible_count(3, 3, True, meta).device == meta
+    assert sorted_quantiles(torch.empty(2, 0, device=meta)).device == meta
+    pattern = torch.empty(1, 1, 3, 3, device=meta)
+    assert all(v.device == meta for v in head_attention_stats(pattern, pattern, causal=True).values())

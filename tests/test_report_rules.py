@@ -12,9 +12,9 @@ from andrea_exp.report import bestlr, growth, static
 from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
-from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED
+from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, Check, places, progress, verdict
 from andrea_exp.report.runs import Run
-from andrea_exp.report.seeds import distinct_cells, seed_check, seed_vote, seeds_needed, window_mean
+from andrea_exp.report.seeds import distinct_cells, paired, seed_check, seed_vote, seeds_needed, window_mean
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 
@@ -109,6 +109,75 @@ def test_best_lr_picks_the_lowest_mean_final_loss():
     cells.append(lr_cell(1e-4, [1.5, 1.9]))  # a tie goes to the smaller LR
     assert bestlr.best_cell(cells).get("train.lr") == 1e-4
     assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none")])) == 2
+
+
+def test_capped_final_caps_at_l0_and_keeps_the_loss_when_l0_is_unknown():
+    assert bestlr.capped_final(make_run(l0=4.0, final=5.0)) == 4.0  # worse than the start counts as the start
+    assert bestlr.capped_final(make_run(l0=4.0, final=2.5)) == 2.5
+    no_l0 = make_run(l0=None, final=2.5, summary={"data/log_vocab": None})
+    assert no_l0.initial_loss() is None and bestlr.capped_final(no_l0) == 2.5
+
+
+def test_a_cell_with_no_known_loss_is_never_the_best():
+    unknown = Cell({"train.lr": 1e-4}, [make_run(0, name="lr_sensitivity", lr=1e-4, l0=None, final=None,
+                                                 status="diverged", summary={"data/log_vocab": None})],
+                   "lr_sensitivity", LR_SWEEP)
+    assert bestlr.mean_final(unknown) == math.inf
+    measured = lr_cell(1e-2, [3.0, 3.0])
+    assert bestlr.best_cell([unknown, measured]) is measured
+
+
+def test_only_lr_sweep_cells_with_an_lr_axis_are_grouped():
+    trained = Cell({"train.lr": 1e-3}, [make_run(0, lr=1e-3)], "claims_grid")  # a training cell, not a sweep
+    sweep = [lr_cell(1e-3, [2.0]), lr_cell(1e-2, [1.0])]
+    groups = bestlr.lr_groups([trained, *sweep])
+    assert [[c.get("train.lr") for c in g] for g in groups] == [[1e-3, 1e-2]]
+
+
+def test_paired_keeps_seeds_both_cells_ran_and_drops_non_finite():
+    a = Cell({}, [make_run(s, final=1.0 + s) for s in (0, 1, 2)], "x")
+    b = Cell({}, [make_run(s, final=10.0 * s) for s in (1, 2, 3)], "x")
+    final = bestlr.final_loss
+    assert paired(a, b, final, final, lambda x, y: y - x) == {1: 8.0, 2: 17.0}
+    assert paired(a, b, final, final, lambda x, y: math.nan if y > 15 else None if y < 15 else 0.0) == {}
+
+
+# ------------------------------------------------------------------ places and per-part verdicts
+def test_places_orders_d_k_numerically_then_as_text():
+    checks = [Check({"d_k": d, "causal": True}, False) for d in (1024, "b", 64, "a", 256)]
+    assert places(checks) == "causal=True at d_k=64, 256, 1024, a, b"
+    assert places([Check({"causal": True}, True), Check({}, True)]) == "causal=True; everywhere"  # no d_k
+    assert places([Check({"d_k": 64}, True), Check({"d_k": 256}, True)]) == "d_k=64, 256"  # only d_k
+
+
+def test_places_names_four_and_counts_the_rest():
+    checks = [Check({"lr": lr}, True) for lr in range(1, 7)]
+    assert places(checks) == "lr=1; lr=2; lr=3; lr=4 (+2 more)"
+    assert places(checks[:4]) == "lr=1; lr=2; lr=3; lr=4"
+
+
+def test_a_categorical_condition_names_every_passing_value():
+    checks = [Check({"init": v}, v != "gpt2") for v in ("unit", "gpt2", "small")]
+    assert verdict(checks).condition == "init = 'small' or 'unit'"
+
+
+def test_progress_with_a_small_or_no_learnable_gap():
+    assert progress(2.0, 1.75, 1.5) == pytest.approx(0.5)  # a gap below 1 nat still counts
+    assert progress(2.0, 1.0, 2.0) == 0.0  # no gap to close
+
+
+def test_places_writes_floats_short_and_drops_source_only_beside_an_experiment():
+    assert places([Check({"ratio": 3.0, "causal": True}, True)]) == "ratio=3 causal=True"
+    assert places([Check({"experiment": "qk_init", "source": "model", "d_k": 64}, True)]) == "[qk_init] at d_k=64"
+    assert places([Check({"source": "synthetic", "d_k": 64}, True)]) == "source=synthetic at d_k=64"
+
+
+def test_each_part_gets_its_own_separating_axis():
+    # no axis separates all four checks, but d_k separates each part's own
+    checks = [Check({"part": "a", "d_k": 64}, False), Check({"part": "a", "d_k": 256}, True),
+              Check({"part": "b", "d_k": 64}, True), Check({"part": "b", "d_k": 256}, False)]
+    v = verdict(checks)
+    assert (v.verdict, v.condition) == (PARTLY, "a: holds only where d_k >= 256 | b: holds only where d_k <= 64")
 
 
 # ------------------------------------------------------------------ C4 / C9: the gradient vanishes (rows)

@@ -118,3 +118,81 @@ def test_lr_without_warmup_starts_at_the_peak(tmp_path):
 def test_tokens_count_every_sequence_of_every_step(tmp_path):
     steps, _ = run(tmp_path, "train.max_steps=5", "train.log_every=2", "train.batch_size=4", "data.seq_len=8")
     assert [steps[s]["train/tokens"] for s in range(5)] == [(s + 1) * 4 * 8 for s in range(5)]
+
+
+# ---------------------------------------------------------------- the probe schedule and the divergence rule
+# (pure functions: no training run needed)
+
+
+def due(cadence: dict, until: int = 40) -> list[int]:
+    from andrea_exp.train import probe_due
+
+    return [s for s in range(until) if probe_due(s, cadence)]
+
+
+def test_no_probe_settings_means_no_probes():
+    assert due({}) == []
+
+
+def test_every_one_probes_every_step():
+    assert due({"every": 1}, until=5) == [0, 1, 2, 3, 4]
+
+
+def test_dense_settings_left_out_keep_the_plain_cadence():
+    assert due({"every": 10, "dense_every": 2}) == [0, 10, 20, 30]  # no dense_until: no dense start
+    assert due({"every": 10, "dense_until": 5}) == [0, 10, 20, 30]  # no dense_every: no dense start
+
+
+def test_dense_every_one_probes_each_step_below_dense_until_only():
+    assert due({"every": 10, "dense_until": 4, "dense_every": 1}) == [0, 1, 2, 3, 10, 20, 30]
+
+
+def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
+    from andrea_exp.train import DivergenceWatch
+
+    watch = DivergenceWatch(factor=2.0, patience=2)
+    watch.load_state({"initial_loss": 1.0})
+    assert (watch.initial, watch.streak) == (1.0, 0)
+    watch.check(5, 3.0, 0.5)  # one step above 2 x 1.0: a streak of 1, below patience
+    assert watch.streak == 1
+
+
+def test_adam_betas_and_weight_decay_come_from_the_settings():
+    from andrea_exp.train import build_model, build_optimizer
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        cfg = compose("config", overrides=[*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3"])
+    optimizer, _ = build_optimizer(build_model(cfg, vocab_size=16), cfg, torch.device("cpu"))
+    assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
+    assert sorted({group["weight_decay"] for group in optimizer.param_groups}) == [0.0, 0.3]
+
+
+def test_one_warmup_step_starts_at_half_the_lr(tmp_path):
+    lr, ratio, max_steps = 1e-2, 0.5, 3
+    steps, _ = run(tmp_path, f"train.max_steps={max_steps}", "train.log_every=3", f"train.lr={lr}",
+                   f"train.min_lr_ratio={ratio}", "train.warmup_steps=1")
+    floor = lr * ratio
+    # ramp: lr / (1 + 1) at step 0; then the cosine over the 2 remaining steps from the peak
+    by_hand = [lr / 2, lr, floor + (lr - floor) * (1 + math.cos(math.pi / 2)) / 2]
+    assert [steps[s]["train/lr"] for s in range(max_steps)] == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_a_fresh_divergence_watch_has_no_streak():
+    from andrea_exp.train import DivergenceWatch
+
+    assert DivergenceWatch(factor=2.0, patience=3).state() == {"initial_loss": None, "diverge_streak": 0}
+
+
+def test_tokens_per_s_over_a_short_window_that_starts_late():
+    # a clock that does not start at 0, and a window shorter than 1 s: 2 steps x 50 tokens in 0.5 s
+    try:
+        from andrea_exp.logwindow import LogWindow
+    except ImportError:
+        from andrea_exp.train import LogWindow
+    from andrea_exp import metric_keys as K
+
+    clock = iter([100.0, 100.5, 101.0])  # start, flush, restart
+    window = LogWindow(tokens_per_step=50, grad_clip=0.0, clock=lambda: next(clock))
+    window.add(0, torch.tensor(1.0), torch.tensor(1.0), 0.1)
+    window.add(1, torch.tensor(1.0), torch.tensor(1.0), 0.1)
+    assert window.flush()[-1][1][K.TRAIN_TOKENS_PER_S] == pytest.approx(200.0)
