@@ -12,7 +12,18 @@ from andrea_exp.report import bestlr, growth, static
 from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
-from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, Check, places, progress, verdict
+from andrea_exp.report.rules import (
+    CONDITIONAL,
+    FAILS,
+    HOLDS,
+    NOT_MEASURED,
+    PARTLY,
+    Check,
+    Verdict,
+    places,
+    progress,
+    verdict,
+)
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import distinct_cells, paired, seed_check, seed_vote, seeds_needed, window_mean
 from andrea_exp.report.stats import stat
@@ -424,3 +435,56 @@ def test_short_runs_are_flagged(tmp_path):
     from andrea_exp.report.markdown import SHORT_WARNING, claim_section, header
     assert SHORT_WARNING in claim_section(short, tmp_path)
     assert "runs are shorter than 200 steps" in header(["x"], study_of(runs, tmp_path), None, [])
+
+
+# ------------------------------------------------------------------ the text a reader sees, and seed bookkeeping
+
+
+def test_seed_check_shows_each_seed_and_marks_the_failing_ones():
+    values = {2: 0.25, 0: 0.75, 1: 0.5}  # seeds out of order: shown in seed order
+    check = seed_check({"part": "p"}, values, lambda v: v >= 0.5, ">= 0.5", lambda m: m - 0.5)
+    assert check.ok  # 2 of 3 seeds pass
+    assert check.value.endswith("; seeds 0: 0.75, 1: 0.5, 2: 0.25 x; 2 of 3 pass")
+    assert check.threshold == ">= 0.5 (>= 2 of 3 seeds)"
+    assert check.distance == pytest.approx(0.0)
+
+
+def test_per_seed_averages_runs_of_one_seed():
+    from andrea_exp.report.seeds import per_seed
+
+    cell = Cell({}, [make_run(0, final=1.0), make_run(0, final=3.0), make_run(1, final=5.0)], "e")
+    assert per_seed(cell, lambda r: r.summary["eval/loss_as_trained"]) == {0: 2.0, 1: 5.0}
+
+
+def test_init_only_runs_are_not_short_and_brief_ones_are():
+    from andrea_exp.report.seeds import MIN_STEPS, is_short
+
+    assert not is_short(make_run(max_steps=0))  # scaling at init: no training by design
+    assert is_short(make_run(max_steps=1)) and is_short(make_run(max_steps=MIN_STEPS - 1))
+    assert not is_short(make_run(max_steps=MIN_STEPS))
+
+
+def test_a_later_duplicate_that_did_not_finish_never_replaces_the_kept_one():
+    first, second = make_run(0, status="diverged"), make_run(0, status="failed")
+    kept = distinct_cells([Cell({"x": 1}, [first], "e"), Cell({"x": 2}, [second], "e")])
+    assert [r for c in kept for r in c.runs] == [first]
+
+
+def test_verdict_texts():
+    yes = Check({"part": "p", "d_k": 64}, True)
+    no = Check({"part": "p", "d_k": 256}, False)
+    assert verdict([yes]) == verdict([yes, yes]) and verdict([yes]).condition == ""
+    assert verdict([no]).verdict == FAILS and verdict([no]).condition == ""
+    # two parts, one holding and one not: each part is named, separated by " | "
+    # the parts themselves separate passes from failures: both lists named, "; " between parts
+    others = [Check({"part": "q", "d_k": 64}, False), Check({"part": "r", "d_k": 64}, False),
+              Check({"part": "o", "d_k": 64}, True)]
+    assert verdict([yes, *others]) == Verdict(PARTLY, "holds: o; p | does not hold: q; r")
+    # two parts that each split on d_k: one text per part, " | " between them
+    per_part = [yes, no, Check({"part": "q", "d_k": 64}, False), Check({"part": "q", "d_k": 256}, True)]
+    texts = verdict(per_part).condition.split(" | ")
+    assert verdict(per_part).verdict == PARTLY and [t.split(":")[0] for t in texts] == ["p", "q"]
+    # one part only: no per-part texts, even when the checks cannot be separated
+    tangled = [Check({"part": "p", "d_k": 64, "x": 1}, True), Check({"part": "p", "d_k": 64, "x": 2}, False),
+               Check({"part": "p", "d_k": 256, "x": 1}, False), Check({"part": "p", "d_k": 256, "x": 2}, True)]
+    assert not verdict(tangled).condition.startswith("p: ")
