@@ -488,3 +488,10 @@ def test_verdict_texts():
     tangled = [Check({"part": "p", "d_k": 64, "x": 1}, True), Check({"part": "p", "d_k": 64, "x": 2}, False),
                Check({"part": "p", "d_k": 256, "x": 1}, False), Check({"part": "p", "d_k": 256, "x": 2}, True)]
     assert not verdict(tangled).condition.startswith("p: ")
+
+
+def test_distinct_cells_keep_the_first_finished_copy_their_labels_and_one_entry_per_run():
+    first, again = make_run(0), make_run(0)  # two finished copies of one run
+    cells = [Cell({"x": 1}, [first], "exp_a", LR_SWEEP), Cell({"x": 2}, [again, first], "exp_b")]
+    kept = distinct_cells(cells)
+    assert [(c.experiment, c.kind, c.runs) for c in kept] == [("exp_a", LR_SWEEP, [first])]
