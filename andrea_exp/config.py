@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import io
 import re
 from pathlib import Path
@@ -75,10 +76,16 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
         raise ConfigError(f"model.vocab_size must be null or >= the data's {data_vocab} tokens; got {vocab}")
 
 
+@functools.cache
+def _shipped_warmup():
+    """warmup_steps of conf/train/default.yaml, read once: a sweep validates every value of every axis."""
+    return OmegaConf.load(schema.CONF_DIR / _WARMUP_DEFAULT_FILE).get("warmup_steps")
+
+
 def _check_warmup(train) -> None:
     """A warmup longer than the run never reaches train.lr. The shipped default (50 steps) is left alone so
     that short smoke runs (train.max_steps=5) work; a warmup someone chose is held to the run's length."""
-    default = OmegaConf.load(schema.CONF_DIR / _WARMUP_DEFAULT_FILE).get("warmup_steps")
+    default = _shipped_warmup()
     if train.max_steps > 0 and train.warmup_steps > train.max_steps and train.warmup_steps != default:
         raise ConfigError(f"train.warmup_steps ({train.warmup_steps}) must be <= train.max_steps "
                           f"({train.max_steps}): the learning rate would never reach train.lr")
