@@ -13,12 +13,11 @@ from andrea_exp import metric_keys as K
 @torch.no_grad()
 def loss_as_trained(model, tokens: torch.Tensor, batch_size: int = 64) -> float:
     """Teacher-forced mean cross-entropy on (N, T+1) held-out tokens with the model's own mask."""
-    total, count = 0.0, 0
+    total = torch.zeros((), dtype=torch.float64, device=tokens.device)  # summed on the device: one host sync
     for rows in tokens.split(batch_size):
         _, loss = model(rows[:, :-1], rows[:, 1:])
-        total += loss.item() * rows[:, 1:].numel()
-        count += rows[:, 1:].numel()
-    return total / count
+        total += loss.double() * rows[:, 1:].numel()
+    return total.item() / tokens[:, 1:].numel()
 
 
 @torch.no_grad()
@@ -31,14 +30,13 @@ def loss_generation(model, tokens: torch.Tensor, batch_size: int = 64) -> float:
     """
     if model.cfg.causal:
         return loss_as_trained(model, tokens, batch_size)
-    total, count = 0.0, 0
+    total = torch.zeros((), dtype=torch.float64, device=tokens.device)  # summed on the device: one host sync
     T = tokens.size(1) - 1
     for rows in tokens.split(batch_size):
         for i in range(T):
             logits, _ = model(rows[:, : i + 1])  # (b, i+1, V): the prefix 0..i, nothing after it
-            total += F.cross_entropy(logits[:, -1].float(), rows[:, i + 1], reduction="sum").item()
-            count += rows.size(0)
-    return total / count
+            total += F.cross_entropy(logits[:, -1].float(), rows[:, i + 1], reduction="sum")
+    return total.item() / (tokens.size(0) * T)
 
 
 @torch.no_grad()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -199,3 +200,14 @@ def test_claims_grid_speed_smoke_writes_the_result(tmp_path: Path):
     cfg = config("model.n_layer=3", "model.n_head=2", "model.d_k=5", "model.d_v=7", "train.batch_size=4",
                  "data.seq_len=10")
     assert step_flops(cfg, 1000) == 6 * 1000 * 40 + 6 * 3 * 4 * 2 * 100 * 12
+
+
+def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
+    from benchmarks.cell_breakdown import main
+
+    out = tmp_path / "breakdown.json"
+    data = main(["--smoke", "--out", str(out), "--set", "model.attn_impl=explicit"])
+    assert json.loads(out.read_text()) == data and data["overrides"] == ["model.attn_impl=explicit"]
+    assert set(data["cells"]) == {f"d_k={d} {m}" for d in (4, 8) for m in ("causal", "unmasked")}
+    for cell in data["cells"].values():
+        assert cell["step_ms"] > 0 and cell["eval_s"] > 0 and cell["probe_s"] > 0
