@@ -414,6 +414,47 @@ def test_lr_sensitivity_of_the_extras_by_hand(tmp_path):
     assert "not measured" in growth.growth_section([], tmp_path / "g.png")
 
 
+def extras_cell(lr, scale, finals, probes=None, ln=False):
+    runs = [make_run(s, name="extras", lr=lr, scale=scale, ln=ln, final=f, status="finished" if f else "diverged",
+                     d_k=4096, probes=probes) for s, f in enumerate(finals)]
+    return Cell({"train.lr": lr, "model.scale": scale, "model.qk_layernorm": ln, "model.d_k": 4096}, runs, "extras",
+                LR_SWEEP)
+
+
+def test_extras_sensitivity_is_compared_over_the_lrs_every_row_ran(tmp_path):
+    # sqrt ran 3 LRs, inv only the upper two: both are compared over {1e-2, 1e-1}
+    cells = [extras_cell(1e-3, "sqrt", (1.0, 1.0)), extras_cell(1e-2, "sqrt", (2.0, 2.0)),
+             extras_cell(1e-1, "sqrt", (3.0, 3.0)), extras_cell(1e-2, "inv", (1.5, 1.5)),
+             extras_cell(1e-1, "inv", (1.5, 1.5))]
+    groups = growth.grouped(cells)
+    assert growth.shared_lrs(groups, 4096) == [1e-2, 1e-1]
+    by_lr = groups[(4096, "scale=sqrt ln=False")]
+    assert growth.sensitivity(by_lr).mean == pytest.approx((0 + 1 + 2) / 3)  # every LR: l* = 1.0
+    assert growth.sensitivity(by_lr, [1e-2, 1e-1]).mean == pytest.approx((0 + 1) / 2)  # shared LRs: l* = 2.0
+    text = growth.growth_section(cells, tmp_path / "figures" / "g.png")
+    assert "0.5 ± 0 (n=2" in text and "over lr 0.01, 0.1" in text
+    assert "no LR trains" not in text  # every row has an LR with progress >= 0.5
+
+
+def test_extras_row_where_no_lr_trains_is_flagged(tmp_path):
+    cells = [extras_cell(1e-2, "none", (3.9, 3.9)), extras_cell(1e-1, "none", (None, None))]
+    text = growth.growth_section(cells, tmp_path / "figures" / "g.png")
+    assert "| none |" in text and "(no LR trains: not comparable)" in text
+
+
+def test_growth_table_reads_max_logit_spectral_norm_and_entropy_over_training(tmp_path):
+    probes = {0: {"attn/score_max": 2.0, "attn/qk_spectral": 1.0, "attn/entropy": 4.0},
+              100: {"attn/score_max": 50.0, "attn/qk_spectral": 30.0, "attn/entropy": 0.5},
+              200: {"attn/score_max": 40.0, "attn/qk_spectral": 35.0, "attn/entropy": 0.25}}
+    cells = [extras_cell(1e-2, "sqrt", (1.0, 1.0), probes), extras_cell(1e-1, "sqrt", (None, None), probes)]
+    by_lr = growth.grouped(cells)[(4096, "scale=sqrt ln=False")]
+    assert growth.growth_row(by_lr, 1e-1) == ["2", "50 (step 100)", "40 (step 200)", "1", "35 (step 200)",
+                                              "4", "0.25 (step 200)"]
+    assert growth.growth_row(by_lr, 3e-1) == ["-"] * 7
+    text = growth.growth_section(cells, tmp_path / "figures" / "g.png")
+    assert "| 4096 | scale=sqrt ln=False | 0.1 | 2 | 50 (step 100) |" in text  # the LR where the baseline fails
+
+
 # ------------------------------------------------------------------ weak input
 def test_no_runs_exits_non_zero_with_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()

@@ -40,11 +40,14 @@ def grouped(cells: list[Cell]) -> dict[tuple, dict[float, Cell]]:
     return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1])))
 
 
-def sensitivity(by_lr: dict[float, Cell]) -> tuple:
-    """Stat over seeds of lr_sensitivity over the LRs each seed ran (l_0: that seed's step-0 loss)."""
+def sensitivity(by_lr: dict[float, Cell], lrs=None) -> tuple:
+    """Stat over seeds of lr_sensitivity over the LRs each seed ran (l_0: that seed's step-0 loss);
+    `lrs`: only these LRs (rows of one d_k compared over the LRs they all ran)."""
     per_seed: dict = {}
     l0: dict = {}
     for lr, cell in by_lr.items():
+        if lrs is not None and lr not in lrs:
+            continue
         for run in cell.runs:
             per_seed.setdefault(run.seed, {})[lr] = capped_final(run)
             if run.initial_loss() is not None:
@@ -58,6 +61,30 @@ def curve(cell: Cell, key: str) -> list[tuple]:
         for s, v in zip(*run.series(key)):
             per_step.setdefault(s, []).append(v)
     return [(s, stat(v).mean, stat(v).std) for s, v in sorted(per_step.items()) if stat(v).n]
+
+
+def shared_lrs(groups: dict, d_k) -> list[float]:
+    """The LRs every (d_k, fix) row of this d_k ran: the set its LR sensitivities are compared over."""
+    sets = [set(by_lr) for (d, _), by_lr in groups.items() if d == d_k]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def growth_row(by_lr: dict[float, Cell], lr: float) -> list[str]:
+    """At one LR: the max logit at step 0, its largest mean over training and at the last probe; the spectral
+    norm of the logit form at step 0 and last; the entropy at step 0 and last (means over seeds)."""
+    out = []
+    for key in CURVE_KEYS:
+        points = curve(by_lr[lr], key) if lr in by_lr else []
+        if not points:
+            out += ["-"] * (3 if key == mk.ATTN_SCORE_MAX else 2)
+            continue
+        first, last = points[0], points[-1]
+        if key == mk.ATTN_SCORE_MAX:
+            top = max(points, key=lambda p: p[1])
+            out += [f"{first[1]:.3g}", f"{top[1]:.3g} (step {top[0]})", f"{last[1]:.3g} (step {last[0]})"]
+        else:
+            out += [f"{first[1]:.3g}", f"{last[1]:.3g} (step {last[0]})"]
+    return out
 
 
 def curve_lr(groups: dict, d_k) -> float | None:
@@ -79,13 +106,23 @@ def growth_section(cells: list[Cell], fig_path: Path) -> str:
         return intro + f"**not measured**: no `{EXPERIMENT}` runs among the runs read; run `andrea-exp -m " \
                        f"experiment={EXPERIMENT} seed=0,1,2` and pass its sweep directory.\n"
     lrs = sorted({lr for by_lr in groups.values() for lr in by_lr})
-    rows = []
+    rows, growth_rows = [], []
     for (d_k, fix), by_lr in groups.items():
         good = [lr for lr, c in by_lr.items() if trains(c)]
         losses = [f"{stat(map(capped_final, by_lr[lr].runs)).mean:.3f}" if lr in by_lr else "-" for lr in lrs]
-        rows.append([d_k, fix, f"{max(good):g}" if good else "none", *losses, str(sensitivity(by_lr))])
+        shared = shared_lrs(groups, d_k)
+        value = str(sensitivity(by_lr, shared))
+        if not good:  # l* itself near l_0: a small value says the cell fails everywhere, not that it is robust
+            value += " (no LR trains: not comparable)"
+        rows.append([d_k, fix, f"{max(good):g}" if good else "none", *losses,
+                     f"{value} over lr {', '.join(f'{lr:g}' for lr in shared)}"])
+        curve_at = curve_lr(groups, d_k)
+        growth_rows.append([d_k, fix, f"{curve_at:g}", *growth_row(by_lr, curve_at)])
     table = md_table(["d_k", "fix", "largest LR that trains", *[f"loss at lr={lr:g}" for lr in lrs],
-                      "LR sensitivity"], rows)
+                      "LR sensitivity (over the LRs every row of the d_k ran)"], rows)
+    growth_table = md_table(["d_k", "fix", "lr", "max logit, step 0", "max logit, largest", "max logit, last",
+                             "qk_spectral, step 0", "qk_spectral, last", "entropy, step 0", "entropy, last"],
+                            growth_rows)
     panels = []
     for d_k in sorted({d for d, _ in groups}):
         lr = curve_lr(groups, d_k)
@@ -95,7 +132,8 @@ def growth_section(cells: list[Cell], fig_path: Path) -> str:
                            "series": {k: v for k, v in series.items() if v},
                            "logy": key != mk.ATTN_ENTROPY})
     path = figures.line_panels(fig_path, panels, n_cols=len(CURVE_KEYS))
-    return intro + table + ("\n\nCurves (mean over seeds) at, per d_k, the smallest LR at which the baseline "
-                            f"({BASELINE}) does not train, else the largest LR: "
-                            f"![logit growth](figures/{path.name})\n")
+    return intro + table + ("\n\nOver training (means over seeds of the probes' `attn/score_max`, `attn/qk_spectral` "
+                            "and `attn/entropy`) at, per d_k, the smallest LR at which the baseline "
+                            f"({BASELINE}) does not train, else the largest LR:\n\n" + growth_table +
+                            f"\n\nThe same as curves: ![logit growth](figures/{path.name})\n")
 
