@@ -54,7 +54,8 @@ class ModelConfig:
 
 class Attention(nn.Module):
     """Multi-head self-attention. `self.stages`, when set to a dict, forces the explicit path and
-    receives each layer's scores and pattern (see attention.explicit_attention)."""
+    receives each layer's scores and pattern (see attention.explicit_attention), batch-first
+    (B, H, T, .). Without stages the explicit path runs head-major (`forward_heads_first`)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -93,6 +94,8 @@ class Attention(nn.Module):
     def forward(self, x, causal: bool | None = None):
         B, T, _ = x.shape
         causal = self.causal if causal is None else causal
+        if not self.use_fused and self.stages is None:
+            return self.forward_heads_first(x, causal)
         q, k, v = self.project_qkv(x)
         q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
@@ -107,6 +110,33 @@ class Attention(nn.Module):
                                         stages=self.stages)  # (B, H, T, d_v)
         out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
         return self.o(out)  # (B, T, d_model)
+
+    def heads_first(self, x, linear: nn.Linear, width: int):
+        """x (B, T, d_model) -> (H, B, T, width): one batched GEMM over heads, written head-major.
+
+        With heads first, (H, B) fold into one batch dimension of a contiguous tensor, so Q K^T and its
+        backward run as plain batched GEMMs; the (B, T, H, d) layout copies q and k (B*T*H*d_k elements
+        each) around every GEMM, which dominates the step at d_k 4096. x is broadcast over heads by an
+        expand (stride 0, no copy); torch.matmul would instead fold the product and copy its result.
+        """
+        B, T, C = x.shape
+        weight = linear.weight.view(self.n_head, width, C).transpose(1, 2)  # (H, d_model, width)
+        if torch.is_autocast_enabled(x.device.type):  # cast before the expand, which a cast would materialise
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, weight = x.to(dtype), weight.to(dtype)
+        rows = x.reshape(1, B * T, C).expand(self.n_head, B * T, C)  # (H, B*T, d_model), stride 0 over H
+        return torch.bmm(rows, weight).view(self.n_head, B, T, width)  # (H, B, T, width)
+
+    def forward_heads_first(self, x, causal: bool):
+        """The explicit path when nothing is captured (training, evaluation): the formula of `forward`'s
+        explicit path (same parameters, same float32 softmax, same mask) computed head-major."""
+        B, T, _ = x.shape
+        q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
+        k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
+        v = self.heads_first(x, self.v, self.d_v)  # (H, B, T, d_v)
+        out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal,
+                                    mask_fill=self.mask_fill)  # (H, B, T, d_v)
+        return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)
 
 
 class MLP(nn.Module):

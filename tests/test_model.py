@@ -258,3 +258,47 @@ def test_param_groups_decay_matrices_but_not_lookup_tables(tied):
     # the tied token table is the output head and decays like one; an untied token table is a lookup
     assert (id(model.tok_emb.weight) in decay) == tied
     assert id(model.head.weight) in decay
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("qk_layernorm,mask_fill", [(False, "-inf"), (True, "-inf"), (False, -1e9)])
+def test_head_major_path_matches_the_captured_path(causal, qk_layernorm, mask_fill):
+    """Training runs the explicit path head-major; probes run it batch-first with named stages.
+    Same parameters, same batch: the same logits and the same gradients (float64, to rounding)."""
+    torch.manual_seed(0)
+    cfg = small_cfg(causal=causal, attn_impl="explicit", d_k=24, d_v=8, qk_layernorm=qk_layernorm,
+                    mask_fill=mask_fill)
+    model = Andrea(cfg).double()
+    idx = torch.randint(0, 32, (3, 20))
+
+    def logits_and_grads(capture: bool):
+        model.zero_grad(set_to_none=True)
+        model.set_capture(capture)
+        try:
+            logits, _ = model(idx)
+            _, loss = model(idx, idx)
+        finally:
+            model.set_capture(False)
+        loss.backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    head_major, head_major_grads = logits_and_grads(False)
+    batch_first, batch_first_grads = logits_and_grads(True)
+    torch.testing.assert_close(head_major, batch_first, rtol=1e-10, atol=1e-12)
+    assert head_major_grads.keys() == batch_first_grads.keys()
+    for name, grad in head_major_grads.items():
+        torch.testing.assert_close(grad, batch_first_grads[name], rtol=1e-9, atol=1e-12,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    assert head_major_grads["blocks.0.attn.q.weight"].abs().sum() > 0  # the weights' gradient went through
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_head_major_projection_is_the_linear_layer_per_head(autocast):
+    torch.manual_seed(0)
+    attn = Andrea(small_cfg(attn_impl="explicit")).blocks[0].attn
+    x = torch.randn(2, 5, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        by_heads = attn.heads_first(x, attn.q, attn.d_k)  # (H, B, T, d_k)
+        plain = attn.q(x).view(2, 5, attn.n_head, attn.d_k).permute(2, 0, 1, 3)  # (H, B, T, d_k)
+    assert by_heads.dtype == plain.dtype == (torch.bfloat16 if autocast else torch.float32)
+    torch.testing.assert_close(by_heads, plain, rtol=1e-2 if autocast else 1e-5, atol=1e-2 if autocast else 1e-6)
