@@ -18,8 +18,9 @@ from andrea_exp.runtime import Runtime
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def git_facts(here: Path = PACKAGE_DIR) -> dict:
-    """The code's commit and whether tracked files differ from it; None for both outside a git checkout."""
+def git_facts(here: Path = PACKAGE_DIR, ignore: Path | None = None) -> dict:
+    """The code's commit and whether tracked files differ from it; None for both outside a git checkout.
+    `ignore`: a directory whose changes do not count (a report regenerating its own committed outputs)."""
 
     def git(*args) -> str | None:
         try:
@@ -29,7 +30,11 @@ def git_facts(here: Path = PACKAGE_DIR) -> dict:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    pathspec = []
+    top = git("rev-parse", "--show-toplevel") if commit and ignore is not None else None
+    if top and Path(ignore).resolve().is_relative_to(Path(top).resolve()):
+        pathspec = ["--", ":/", f":(top,exclude){Path(ignore).resolve().relative_to(Path(top).resolve()).as_posix()}"]
+    dirty = git("status", "--porcelain", "--untracked-files=no", *pathspec) if commit else None
     return {K.RUN_GIT_COMMIT: commit, K.RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
 
 

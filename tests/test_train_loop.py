@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,22 @@ def test_bf16_autocast_on_cpu_trains_and_differs_from_fp32(tmp_path):
     assert math.isfinite(bf16[K.TRAIN_LOSS]) and math.isfinite(bf16[K.EVAL_LOSS_AS_TRAINED])
     assert bf16[K.TRAIN_LOSS] != fp32[K.TRAIN_LOSS]  # autocast took effect: bfloat16 matmuls round differently
     assert bf16[K.TRAIN_LOSS] == pytest.approx(fp32[K.TRAIN_LOSS], abs=0.05)
+
+
+def test_git_facts_can_leave_out_a_directory(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "code.py").write_text("a = 1\n")
+    (tmp_path / "out" / "report.md").write_text("old\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    assert git_facts(tmp_path, ignore=tmp_path / "out")["run/git_dirty"] is False
+    (tmp_path / "out" / "report.md").write_text("new\n")  # the report rewriting its own output
+    assert git_facts(tmp_path)["run/git_dirty"] is True
+    assert git_facts(tmp_path, ignore=tmp_path / "out")["run/git_dirty"] is False
+    (tmp_path / "code.py").write_text("a = 2\n")  # the code itself edited
+    assert git_facts(tmp_path, ignore=tmp_path / "out")["run/git_dirty"] is True
+    assert git_facts(tmp_path, ignore=Path("/elsewhere"))["run/git_dirty"] is True  # outside: nothing left out

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from andrea_exp.report.seeds import MIN_STEPS, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runfacts import git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
 
@@ -33,15 +33,12 @@ class NoRuns(ValueError):
 GPU_KEY = mk.SYSTEM_GPU  # the training loop records torch.cuda.get_device_name() there, or "cpu"
 
 
-def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+def git_commit(out: Path | None = None) -> str:
+    """The report code's commit; changes under `out` (the report's own outputs) do not make it dirty."""
+    facts = git_facts(REPO_DIR, ignore=out)
+    if facts[mk.RUN_GIT_COMMIT] is None:
         return "unknown (not a git checkout)"
-    return head + (" (with uncommitted changes)" if dirty else "")
+    return facts[mk.RUN_GIT_COMMIT] + (" (with uncommitted changes)" if facts[mk.RUN_GIT_DIRTY] else "")
 
 
 def machine_of(runs, given: str | None = None) -> str:
@@ -68,7 +65,7 @@ def header(argv: list[str], study: Study, machine: str | None, notes: list[str])
     lines = ["# ANDREA attention claims: report", "",
              f"- claims: [CLAIMS.md]({claims_link}) says what each of C1-C9 states and what would show it",
              f"- command: `{' '.join(shlex.quote(a) for a in argv)}`",
-             f"- report code: git commit {git_commit()}",
+             f"- report code: git commit {git_commit(out)}",
              f"- machine: {machine_of(study.runs, machine)}"]
     lines += [f"- note: {note}" for note in notes]
     short = [run for run in study.runs if is_short(run)]
