@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from andrea_exp.head_gemms import qk_scores
+
 SCALE_MODES = ("sqrt", "none", "inv")
 # Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
 # explicit path (two GEMMs and a float32 softmax) is several times faster.
@@ -74,7 +76,7 @@ def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float 
     before softmax; it retains its gradient, so d loss / d scores can be read after backward)
     and `pattern` (the probabilities).
     """
-    scores = q @ k.transpose(-2, -1)  # (B, H, T, T)
+    scores = qk_scores(q, k)  # (B, H, T, T) = q @ k^T, its gradients written contiguous
     scores = scores * scale
     if causal:
         future = future_mask(q.size(-2), k.size(-2), q.device)  # (T, T)

@@ -22,6 +22,7 @@ from andrea_exp.attention import (
     scale_factor,
 )
 from andrea_exp.chunked_loss import linear_cross_entropy
+from andrea_exp.head_gemms import head_projection
 
 QK_INITS = ("unit", "gpt2", "torch")
 ATTN_IMPLS = ("auto", "explicit", "fused")
@@ -116,16 +117,11 @@ class Attention(nn.Module):
 
         With heads first, (H, B) fold into one batch dimension of a contiguous tensor, so Q K^T and its
         backward run as plain batched GEMMs; the (B, T, H, d) layout copies q and k (B*T*H*d_k elements
-        each) around every GEMM, which dominates the step at d_k 4096. x is broadcast over heads by an
-        expand (stride 0, no copy); torch.matmul would instead fold the product and copy its result.
+        each) around every GEMM, which dominates the step at d_k 4096 (see head_gemms).
         """
         B, T, C = x.shape
-        weight = linear.weight.view(self.n_head, width, C).transpose(1, 2)  # (H, d_model, width)
-        if torch.is_autocast_enabled(x.device.type):  # cast before the expand, which a cast would materialise
-            dtype = torch.get_autocast_dtype(x.device.type)
-            x, weight = x.to(dtype), weight.to(dtype)
-        rows = x.reshape(1, B * T, C).expand(self.n_head, B * T, C)  # (H, B*T, d_model), stride 0 over H
-        return torch.bmm(rows, weight).view(self.n_head, B, T, width)  # (H, B, T, width)
+        weight = linear.weight.view(self.n_head, width, C)  # (H, width, d_model): head h's rows of W
+        return head_projection(x.reshape(B * T, C), weight).view(self.n_head, B, T, width)  # (H, B, T, width)
 
     def forward_heads_first(self, x, causal: bool):
         """The explicit path when nothing is captured (training, evaluation): the formula of `forward`'s
