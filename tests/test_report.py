@@ -17,7 +17,7 @@ from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import TRAINING, group_experiments
 from andrea_exp.report.claims.common import run_progress
 from andrea_exp.report.lr import lr_curves, lr_sensitivity
-from andrea_exp.report.markdown import machine_of
+from andrea_exp.report.markdown import code_of, machine_of
 from andrea_exp.report.rules import CONDITIONAL, FAILS, HOLDS, NOT_MEASURED, PARTLY, VERDICTS, Check, verdict
 from andrea_exp.report.runs import Run, load_runs
 from andrea_exp.report.stats import stat
@@ -244,3 +244,17 @@ def test_report_on_a_real_tiny_sweep(tmp_path):
         assert figures, f"{cid} has no figure"
         assert all((out / f).is_file() for f in figures)
     assert list((out / "attention_maps").rglob("*.png"))
+
+
+def test_header_states_the_code_the_runs_recorded(tmp_path):
+    commit = "a" * 40
+    summaries = [{"run/status": "finished", "run/git_commit": commit, "run/git_dirty": False},
+                 {"run/status": "finished", "run/git_commit": commit, "run/git_dirty": True},
+                 {"run/status": "finished", "run/git_commit": commit, "run/git_dirty": True},
+                 {"run/status": "finished"}]
+    for seed, summary in enumerate(summaries):
+        write_run(tmp_path / "a" / str(seed), base_config(3e-3, seed), summary, [{"step": 0, "train/loss": 4.0}])
+    runs = load_runs([tmp_path])
+    assert code_of(runs) == ("aaaaaaa with uncommitted changes (2 runs); aaaaaaa (clean) (1 runs); "
+                             "not recorded (1 runs)")
+    assert code_of([]) == "no runs"

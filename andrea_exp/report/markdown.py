@@ -52,6 +52,17 @@ def machine_of(runs, given: str | None = None) -> str:
     return "; ".join(parts) or "no runs"
 
 
+def code_of(runs) -> str:
+    """The code the runs recorded (summary `run/git_commit`, `run/git_dirty`), most runs first."""
+    def label(run) -> str:
+        commit = run.summary.get(mk.RUN_GIT_COMMIT)
+        if not commit:
+            return "not recorded"
+        return str(commit)[:7] + (" with uncommitted changes" if run.summary.get(mk.RUN_GIT_DIRTY) else " (clean)")
+
+    return "; ".join(f"{name} ({n} runs)" for name, n in Counter(map(label, runs)).most_common()) or "no runs"
+
+
 def _seeds_text(cells: list[Cell]) -> str:
     counts = Counter(len(cell.runs) for cell in cells)
     return ", ".join(f"{n} in {c} cell{'s' if c != 1 else ''}" for n, c in sorted(counts.items()))
@@ -66,7 +77,8 @@ def header(argv: list[str], study: Study, machine: str | None, notes: list[str])
              f"- claims: [CLAIMS.md]({claims_link}) says what each of C1-C9 states and what would show it",
              f"- command: `{' '.join(shlex.quote(a) for a in argv)}`",
              f"- report code: git commit {git_commit(out)}",
-             f"- machine: {machine_of(study.runs, machine)}"]
+             f"- machine: {machine_of(study.runs, machine)}",
+             f"- runs' code, as recorded in summary.json: {code_of(study.runs)}"]
     lines += [f"- note: {note}" for note in notes]
     short = [run for run in study.runs if is_short(run)]
     if short:
