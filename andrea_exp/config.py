@@ -66,10 +66,10 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
     if source == "markov" and cfg.data.vocab_size ** cfg.data.order > 2_000_000:
         raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
                           f"got {cfg.data.vocab_size}**{cfg.data.order}")
-    if source == "text":
-        _check_text_file(cfg.data.path, cfg.data.seq_len)
-    if source == "tokens":
-        _check_token_dir(cfg.data.path, cfg.data.seq_len, cfg.data.vocab_size)
+    if source in ("text", "tokens"):
+        from andrea_exp.data import check_data  # lazily: data imports torch, and this module is imported first
+
+        check_data(cfg.data, cfg.data.seq_len)
     vocab = cfg.model.vocab_size
     data_vocab = 256 if source == "text" else cfg.data.vocab_size
     if vocab is not None and vocab < data_vocab:
@@ -89,39 +89,6 @@ def _check_warmup(train) -> None:
     if train.max_steps > 0 and train.warmup_steps > train.max_steps and train.warmup_steps != default:
         raise ConfigError(f"train.warmup_steps ({train.warmup_steps}) must be <= train.max_steps "
                           f"({train.max_steps}): the learning rate would never reach train.lr")
-
-
-def _check_text_file(path, seq_len: int) -> None:
-    if path in (None, ""):
-        raise ConfigError("data.path must name a text file when data=text; got nothing")
-    file = Path(str(path)).expanduser()
-    if not file.exists():
-        raise ConfigError(f"data.path must name an existing text file; {str(file)!r} does not exist")
-    if not file.is_file():
-        raise ConfigError(f"data.path must name a text file; {str(file)!r} is not a file")
-    if file.stat().st_size < 2 * (seq_len + 2):
-        raise ConfigError(f"data.path must hold at least {2 * (seq_len + 2)} bytes for "
-                          f"data.seq_len={seq_len}; {str(file)!r} has {file.stat().st_size}")
-
-
-TOKEN_FILES = ("train.bin", "val.bin")  # uint16 token ids, as nanoGPT's prepare scripts write them
-
-
-def _check_token_dir(path, seq_len: int, vocab_size: int) -> None:
-    if path in (None, ""):
-        raise ConfigError("data.path must name a directory with train.bin and val.bin when data=tokens; got nothing")
-    folder = Path(str(path)).expanduser()
-    if not folder.is_dir():
-        raise ConfigError(f"data.path must name a directory with train.bin and val.bin; {str(folder)!r} is not one")
-    for name in TOKEN_FILES:
-        file = folder / name
-        if not file.is_file():
-            raise ConfigError(f"data.path must hold train.bin and val.bin (uint16 tokens); {str(file)!r} is missing")
-        if file.stat().st_size < 2 * (seq_len + 1):
-            raise ConfigError(f"data.path's {name} must hold at least {seq_len + 1} uint16 tokens for "
-                              f"data.seq_len={seq_len}; it has {file.stat().st_size // 2}")
-    if vocab_size > 2 ** 16:
-        raise ConfigError(f"data.vocab_size must be <= 65536 for uint16 token files; got {vocab_size}")
 
 
 def _refuse_unknown_keys(cfg: DictConfig) -> None:
