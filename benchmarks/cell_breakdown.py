@@ -18,13 +18,11 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate
 from andrea_exp.probe import Probe
-from andrea_exp.runtime import setup_runtime
-from andrea_exp.train import build_model, build_optimizer, build_step, local_batch_size
+from andrea_exp.train import local_batch_size
 from benchmarks.claims_grid_speed import cell_overrides
-from benchmarks.common import compose_cfg, git_commit
+from benchmarks.common import build_cell, compose_cfg, git_commit
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,20 +48,9 @@ def timed(fn, repeats: int, sync) -> float:
     return (time.perf_counter() - started) / repeats
 
 
-def build_cell(overrides: list[str]):
-    cfg = compose_cfg(overrides)
-    rt = setup_runtime(cfg)
-    torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
-    model = build_model(cfg, data.vocab_size).to(rt.device)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    step = build_step(cfg, rt, model, model, params, optimizer, scheduler, cfg.train.grad_clip)
-    return cfg, rt, data, model, step
-
-
 def measure_cell(overrides: list[str], steps: int, repeats: int) -> dict:
-    cfg, rt, data, model, step = build_cell(overrides)
+    cfg = compose_cfg(overrides)
+    rt, data, model, step = build_cell(cfg)
     sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
     bs = local_batch_size(cfg.train.batch_size, 1)
     batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(steps + 5)]
@@ -86,7 +73,8 @@ def measure_cell(overrides: list[str], steps: int, repeats: int) -> dict:
 
 
 def profile_steps(overrides: list[str], steps: int = 5) -> str:
-    cfg, rt, data, model, step = build_cell(overrides + ["train.cuda_graph=false"])
+    cfg = compose_cfg(overrides + ["train.cuda_graph=false"])
+    rt, data, model, step = build_cell(cfg)
     bs = local_batch_size(cfg.train.batch_size, 1)
     for i in range(3):
         step(*data.batch(i, bs, cfg.seed, 0, 1))

@@ -25,11 +25,9 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.data import build_dataset
 from andrea_exp.graphed_step import GraphedStep
-from andrea_exp.runtime import setup_runtime
-from andrea_exp.train import build_model, build_optimizer, build_step, local_batch_size
-from benchmarks.common import compose_cfg, git_commit
+from andrea_exp.train import local_batch_size
+from benchmarks.common import build_cell, compose_cfg, git_commit
 
 D_KS = (64, 4096)
 ASSUMED_TFLOPS = 790.0  # dense bf16 on an H200 SXM, a realistic fraction of the 989 peak
@@ -63,13 +61,7 @@ def step_flops(cfg, params: int) -> float:
 def time_mode(cfg, graphed: bool, warmup: int, steps: int) -> dict:
     """Seconds per step and the timed steps' losses of one fresh model in one mode."""
     cfg.train.cuda_graph = graphed
-    rt = setup_runtime(cfg)
-    torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
-    model = build_model(cfg, data.vocab_size).to(rt.device)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    step = build_step(cfg, rt, model, model, params, optimizer, scheduler, cfg.train.grad_clip)
+    rt, data, model, step = build_cell(cfg)
     if graphed and not isinstance(step, GraphedStep):
         raise RuntimeError("train.cuda_graph=true did not give a graphed step")
     bs = local_batch_size(cfg.train.batch_size, 1)

@@ -16,6 +16,25 @@ def compose_cfg(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
+def build_cell(cfg):
+    """(runtime, data on its device, model, step) for one run config, the step as train() builds it
+    (a CUDA graph where train.cuda_graph allows one): what the per-step benchmarks time."""
+    import torch
+
+    from andrea_exp.data import build_dataset
+    from andrea_exp.runtime import setup_runtime
+    from andrea_exp.train import build_model, build_optimizer, build_step
+
+    rt = setup_runtime(cfg)
+    torch.manual_seed(cfg.seed)
+    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
+    model = build_model(cfg, data.vocab_size).to(rt.device)
+    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    step = build_step(cfg, rt, model, model, params, optimizer, scheduler, cfg.train.grad_clip)
+    return rt, data, model, step
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
 

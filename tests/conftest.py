@@ -27,6 +27,23 @@ def run_cli(*overrides: str, timeout: float = 300) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout)
 
 
+def data_error_line(cfg, seq_len: int) -> str:
+    """The one-line error check_data raises for a `data` config, checked to be the line build_dataset
+    raises too (a caller that skips validation still gets it)."""
+    import re
+
+    from andrea_exp.config import ConfigError
+    from andrea_exp.data import build_dataset, check_data
+
+    with pytest.raises(ConfigError) as caught:
+        check_data(cfg, seq_len)
+    message = str(caught.value)
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_dataset(cfg, seq_len=seq_len, seed=0)
+    return message
+
+
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
     """An empty directory to pass as hydra.run.dir."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import data_error_line
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -387,14 +387,7 @@ def test_decode_is_none_without_text():
 
 
 def one_line_config_error(cfg, seq_len: int = 16) -> str:
-    with pytest.raises(ConfigError) as caught:
-        check_data(cfg, seq_len)
-    message = str(caught.value)
-    assert "\n" not in message
-    # build_dataset says the same thing, so a caller that skips validation still gets the line
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        build_dataset(cfg, seq_len=seq_len, seed=0)
-    return message
+    return data_error_line(cfg, seq_len)
 
 
 def test_text_file_that_does_not_exist(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import data_error_line
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -173,13 +174,7 @@ def test_training_id_beyond_the_vocabulary_is_one_line(tmp_path):
 
 
 def config_error(cfg, seq_len: int = T) -> str:
-    with pytest.raises(ConfigError) as caught:
-        check_data(cfg, seq_len)
-    message = str(caught.value)
-    assert "\n" not in message
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        build_dataset(cfg, seq_len=seq_len, seed=0)
-    return message
+    return data_error_line(cfg, seq_len)
 
 
 def test_directory_that_does_not_exist(tmp_path):
