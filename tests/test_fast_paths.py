@@ -215,6 +215,6 @@ def test_reference_gpt_has_andrea_120m_parameter_count():
 def test_head_major_explicit_path_trains_like_sdpa_under_bf16_autocast():
     plain, explicit = twin(dict(attn_impl="explicit"))
     a, b = train_losses(plain, autocast=True), train_losses(explicit, autocast=True)
-    # bf16 GEMMs (8 bits of mantissa) in a different order: observed differences ~1e-3 over 4 steps;
-    # a head's projection on the wrong rows or a lost mask moves the loss by > 5e-2
-    assert a == pytest.approx(b, abs=1e-2)
+    # bf16 GEMMs (8 bits of mantissa) in a different order: observed differences up to 2e-4 over 4 steps;
+    # a gradient on the wrong rows moves the loss by far more
+    assert a == pytest.approx(b, abs=2e-3)
