@@ -12,7 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp import schema
-from andrea_exp.schema import ConfigError  # noqa: F401  (re-exported: the error every module raises)
+from andrea_exp.data import check_data
+from andrea_exp.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
 
 _ABSENT = object()
 _WARMUP_DEFAULT_FILE = "train/default.yaml"
@@ -67,8 +68,6 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
         raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
                           f"got {cfg.data.vocab_size}**{cfg.data.order}")
     if source in ("text", "tokens"):
-        from andrea_exp.data import check_data  # lazily: data imports torch, and this module is imported first
-
         check_data(cfg.data, cfg.data.seq_len)
     vocab = cfg.model.vocab_size
     data_vocab = 256 if source == "text" else cfg.data.vocab_size

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from andrea_exp.errors import ConfigError
+
 HELD_OUT_SEED = 10_007  # the held-out set's random stream, independent of the run's seed
 TOKEN_DTYPE = np.dtype("<u2")  # flat little-endian uint16, 2 bytes a token
 TOKEN_FILES = ("train.bin", "val.bin")
@@ -164,7 +166,6 @@ def _open_tokens(file: Path) -> np.ndarray:
 def _too_large_id(rows: np.ndarray, vocab_size: int, file: Path, what: str) -> None:
     top = int(rows.max())
     if top >= vocab_size:
-        from andrea_exp.config import ConfigError  # lazily: the settings validation imports this module
 
         raise ConfigError(f"data.vocab_size={vocab_size} is too small for {str(file)!r}: {what} hold token id "
                           f"{top}; set data.vocab_size to at least {top + 1}")
@@ -234,8 +235,6 @@ def check_data(cfg_data, seq_len: int) -> None:
     any expensive work. A text file is refused as binary when, in its first 1 MiB, more than 1% of the
     bytes are NUL or more than 5% are not part of valid UTF-8.
     """
-    from andrea_exp.config import ConfigError  # lazily: the settings validation imports this module
-
     name = cfg_data.get("name")
     if name == "markov":
         return
@@ -262,8 +261,6 @@ def _is_missing(cfg, key: str) -> bool:
 
 
 def _fail(file: Path, cause: str):
-    from andrea_exp.config import ConfigError
-
     return ConfigError(f"data.path: {str(file)!r} {cause}")
 
 
@@ -303,8 +300,6 @@ def _check_text_file(file: Path, seq_len: int) -> None:
 
 
 def _check_token_dir(root: Path, cfg_data, seq_len: int) -> None:
-    from andrea_exp.config import ConfigError
-
     if not root.is_dir():
         raise _fail(root, "is a file; data=tokens needs a directory holding train.bin and val.bin")
     vocab = cfg_data.get("vocab_size")

@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig
 
 from andrea_exp.attention import SDPA_BACKENDS, normalize_mask_fill, normalize_scale
+from andrea_exp.errors import ConfigError  # noqa: F401  (re-exported: raised by the rules below)
 from andrea_exp.model import ATTN_IMPLS, LOSS_IMPLS, QK_INITS
 
 
@@ -38,10 +39,6 @@ DATA_SOURCES = ("markov", "text", "tokens")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 PROGRESS = ("auto", True, False)
 BOOLS = (True, False)
-
-
-class ConfigError(ValueError):
-    """A bad setting; its message is the one line the user sees."""
 
 
 # ------------------------------------------------------------------ rules: each says what is allowed in one line
