@@ -36,8 +36,7 @@ class QKScores(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        q, k = ctx.saved_tensors
-        grad = grad.to(q.dtype)
+        q, k = ctx.saved_tensors  # grad has the output's dtype, which is theirs
         grad_q = grad @ k if ctx.needs_input_grad[0] else None  # (..., T_q, d)
         grad_k = grad.transpose(-2, -1) @ q if ctx.needs_input_grad[1] else None  # (..., T_k, d), contiguous
         return grad_q, grad_k
@@ -59,8 +58,7 @@ class HeadProjection(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad = grad.to(x.dtype)
+        x, weight = ctx.saved_tensors  # grad has the output's dtype, which is theirs
         grad_x = torch.bmm(grad, weight).sum(0) if ctx.needs_input_grad[0] else None  # (N, C)
         rows = x.unsqueeze(0).expand(weight.size(0), *x.shape)  # (H, N, C)
         grad_w = torch.bmm(grad.transpose(1, 2), rows) if ctx.needs_input_grad[1] else None  # (H, w, C)

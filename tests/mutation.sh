@@ -27,6 +27,7 @@ declare -A SOURCE=(
   [metrics]="andrea_exp/metrics.py"
   [train]="andrea_exp/train.py andrea_exp/graphed_step.py"
   [report_rules]="andrea_exp/report/rules.py andrea_exp/report/seeds.py andrea_exp/report/bestlr.py"
+  [head_gemms]="andrea_exp/head_gemms.py"
 )
 # the rules lived in andrea_exp/report_rules.py before the report became a package
 [[ -f "$REPO/andrea_exp/report/rules.py" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
@@ -56,6 +57,10 @@ declare -A TESTS=(
            --deselect tests/test_divergence.py::test_a_diverging_cell_does_not_stop_the_sweep"
   [report_rules]="tests/test_report_rules.py tests/test_report.py
                   --deselect tests/test_report.py::test_report_on_a_real_tiny_sweep"
+  [head_gemms]="tests/test_head_gemms.py tests/test_model.py tests/test_fast_paths.py
+                --deselect tests/test_fast_paths.py::test_benchmark_step_reproduces_train_losses
+                --deselect tests/test_fast_paths.py::test_throughput_smoke_writes_the_result
+                --deselect tests/test_fast_paths.py::test_reference_gpt_has_andrea_120m_parameter_count"
 )
 
 # module -> mutant-name globs (mutmut's names: module.x_function, module.xǁClassǁmethod); empty: all
@@ -67,9 +72,10 @@ declare -A FUNCTIONS=(
   # the probe schedule and the logged window (grad norm and clip share)
   [train]="andrea_exp.train.x_build_optimizer__mutmut_* andrea_exp.train.x_probe_due__mutmut_* andrea_exp.train.xǁDivergenceWatchǁ* andrea_exp.graphed_step.x_step_body__mutmut_* andrea_exp.graphed_step.x_grad_norm__mutmut_* $LOGWINDOW_GLOB"
   [report_rules]=""
+  [head_gemms]=""
 )
 
-DEFAULT_MODULES=(attention data metrics train report_rules)
+DEFAULT_MODULES=(attention data metrics train report_rules head_gemms)
 
 ensure_mutmut() {
   if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(m.version('mutmut') != '$MUTMUT_VERSION')" 2>/dev/null; then

@@ -47,3 +47,21 @@ def test_autocast_computes_in_its_dtype_and_returns_gradients_in_the_inputs(fn, 
     ga, gb = torch.autograd.grad(fn(a, b).sum(), (a, b))  # float32 reference
     torch.testing.assert_close(a.grad, ga, rtol=3e-2, atol=3e-2)
     torch.testing.assert_close(b.grad, gb, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("fn,shapes", [(qk_scores, ((2, 5, 4), (2, 6, 4))), (head_projection, ((7, 5), (3, 4, 5)))])
+def test_mixed_dtypes_promote_like_matmul(fn, shapes):
+    a64, b32 = torch.randn(*shapes[0], dtype=torch.float64), torch.randn(*shapes[1], dtype=torch.float32)
+    assert fn(a64, b32).dtype == torch.float64
+    assert fn(a64.float(), b32.double()).dtype == torch.float64
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast leaves float64 alone, as it does for matmul
+        assert fn(a64, b32.double()).dtype == torch.float64
+
+
+@pytest.mark.parametrize("fn,shapes", [(qk_scores, ((2, 5, 4), (2, 6, 4))), (head_projection, ((7, 5), (3, 4, 5)))])
+@pytest.mark.parametrize("which", [0, 1])
+def test_an_input_alone_requiring_grad_gets_its_gradient(fn, shapes, which):
+    inputs = [torch.randn(*s, dtype=torch.float64) for s in shapes]
+    inputs[which].requires_grad_(True)
+    (grad,) = torch.autograd.grad(fn(*inputs).sum(), inputs[which])
+    assert grad.shape == inputs[which].shape and grad.abs().sum() > 0
