@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Every study behind experiments/results/report.md, 3 seeds each, on the GPUs of this machine, then the report.
-#   experiments/reproduce.sh                        # every stage, then the report
+#   experiments/reproduce.sh                        # every stage, then the report and the pack
 #   experiments/reproduce.sh claims_grid leak_gap   # some stages (no report)
 #   EXTRA="model=andrea_tiny train.max_steps=20" experiments/reproduce.sh ...   # a quick dry run on a CPU
+#   experiments/reproduce.sh pack                   # the runs in $SWEEPS, without checkpoints, into $PACK
 # Sweeps go to $SWEEPS (default multirun/reproduce), the report to $RESULTS (default experiments/results);
 # each stage's wall time is appended to $SWEEPS/wall_times.jsonl. Cells run $CELLS_PER_GPU at a time per GPU
 # (Hydra's joblib launcher, conf/hydra/launcher/local_gpus.yaml). W&B is off here (metrics.jsonl and
 # summary.json are what the report reads); drop logger.mode=disabled to also log the runs to W&B.
+# `pack` writes $PACK (default $RESULTS/runs.tar.gz): every file under $SWEEPS but checkpoints/, paths
+# starting with sweeps/, as experiments/results/h200_runs.tar.gz is committed.
 set -u
 SWEEPS=${SWEEPS:-multirun/reproduce}
 RESULTS=${RESULTS:-experiments/results}
+PACK=${PACK:-$RESULTS/runs.tar.gz}
 PAR=${CELLS_PER_GPU:-16}
 py=${PYTHON:-python3}
 mkdir -p "$SWEEPS"
@@ -34,6 +38,13 @@ PY
   grep -E "cells, [0-9]+ failed|^error" "$SWEEPS/$name.log" | tail -n 2
 }
 
+pack() {  # the raw runs without their checkpoints (the report reads metrics.jsonl, summary.json, .hydra/)
+  mkdir -p "$(dirname "$PACK")"
+  local out; out=$(cd "$(dirname "$PACK")" && pwd)/$(basename "$PACK")
+  tar -czf "$out" -C "$SWEEPS" --exclude=checkpoints --transform 's|^\.|sweeps|' . &&
+    echo "packed $SWEEPS (no checkpoints) into $PACK"
+}
+
 run_stage() {
   case $1 in
     scaling_at_init) stage scaling_at_init scaling_at_init ;;
@@ -46,9 +57,15 @@ run_stage() {
     # fails; sqrt without LayerNorm at these LRs is lr_sensitivity's row (the report counts it once)
     extras) stage extras_inv extras model.scale=inv model.qk_layernorm=false,true "train.lr=2.5e-3,1.2e-2,6e-2,3e-1"
             stage extras_qkln extras model.scale=sqrt model.qk_layernorm=true "train.lr=2.5e-3,1.2e-2,6e-2,3e-1" ;;
-    *) echo "unknown stage: $1 (scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras)" >&2; return 2 ;;
+    pack) pack ;;
+    *) echo "unknown stage: $1 ($STAGES)" >&2; return 2 ;;
   esac
 }
+
+STAGES="scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras pack"
+for name in "$@"; do  # every name checked before any stage runs
+  case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
+done
 
 t_all=$(date +%s)
 if [ $# -gt 0 ]; then
@@ -59,3 +76,4 @@ fi
 for name in scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras; do run_stage "$name"; done
 echo "all stages: $(( $(date +%s) - t_all )) s"
 $py -m andrea_exp.report "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"}
+pack
