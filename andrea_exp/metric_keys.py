@@ -76,6 +76,7 @@ SYSTEM_TORCH = "system/torch"
 SYSTEM_CUDA = "system/cuda"
 RUN_GIT_COMMIT = "run/git_commit"
 RUN_GIT_DIRTY = "run/git_dirty"
+RUN_CODE_SHA = "run/code_sha"
 
 RUN_STATUSES = ("finished", "diverged", "failed", "interrupted")
 
@@ -133,6 +134,8 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(SYSTEM_CUDA, "CUDA version torch was built with (null on a CPU build)"),
     _m(RUN_GIT_COMMIT, "git commit of the code that ran (null outside a git checkout)"),
     _m(RUN_GIT_DIRTY, "whether that checkout had uncommitted changes"),
+    _m(RUN_CODE_SHA, "SHA-256 (12 hex digits) of the package's .py files and the Hydra configs as they ran: "
+                     "names the code even where git metadata is missing or stale"),
     _m(EVAL_SAMPLE, "tokens generated from a held-out prompt at the end"),
     _m(EVAL_SAMPLE_TEXT, "that sample decoded as text (data=text only)"),
     _m(BEST_EVAL_LOSS, "lowest eval/loss_as_trained seen"),

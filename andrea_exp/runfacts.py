@@ -5,6 +5,7 @@ these ask the outside world (git, the CUDA driver), not the training."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from andrea_exp import metric_keys as K
 from andrea_exp.model import Andrea
 from andrea_exp.runtime import Runtime
+from andrea_exp.schema import CONF_DIR
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -38,8 +40,20 @@ def git_facts(here: Path = PACKAGE_DIR, ignore: Path | None = None) -> dict:
     return {K.RUN_GIT_COMMIT: commit, K.RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
 
 
+def code_sha(package: Path = PACKAGE_DIR, conf: Path = CONF_DIR) -> str:
+    """12 hex digits of SHA-256 over every .py file of the package and every .yaml of the configs, each
+    with its path relative to its root: two runs with the same value ran the same source."""
+    digest = hashlib.sha256()
+    for root, pattern in ((package, "*.py"), (conf, "*.yaml")):
+        for file in sorted(p for p in Path(root).rglob(pattern) if "__pycache__" not in p.parts):
+            digest.update(f"{root.name}/{file.relative_to(root).as_posix()}\0".encode())
+            digest.update(file.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()[:12]
+
+
 def run_facts(rt: Runtime, model: Andrea, vocab_size: int) -> dict:
     gpu = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     return {K.TRAIN_WORLD_SIZE: rt.world_size, K.MODEL_PARAMS: model.num_params(), K.SYSTEM_GPU: gpu,
             K.SYSTEM_TORCH: torch.__version__, K.SYSTEM_CUDA: torch.version.cuda,
-            K.DATA_LOG_VOCAB: math.log(vocab_size), **git_facts()}
+            K.DATA_LOG_VOCAB: math.log(vocab_size), K.RUN_CODE_SHA: code_sha(), **git_facts()}

@@ -249,12 +249,14 @@ def test_report_on_a_real_tiny_sweep(tmp_path):
 def test_header_states_the_code_the_runs_recorded(tmp_path):
     commit = "a" * 40
     summaries = [{"run/status": "finished", "run/git_commit": commit, "run/git_dirty": False},
-                 {"run/status": "finished", "run/git_commit": commit, "run/git_dirty": True},
-                 {"run/status": "finished", "run/git_commit": commit, "run/git_dirty": True},
+                 {"run/status": "finished", "run/git_commit": commit, "run/git_dirty": True, "run/code_sha": "f" * 12},
+                 {"run/status": "finished", "run/git_commit": commit, "run/git_dirty": True, "run/code_sha": "f" * 12},
+                 {"run/status": "finished", "run/code_sha": "e" * 12},
                  {"run/status": "finished"}]
     for seed, summary in enumerate(summaries):
         write_run(tmp_path / "a" / str(seed), base_config(3e-3, seed), summary, [{"step": 0, "train/loss": 4.0}])
     runs = load_runs([tmp_path])
-    assert code_of(runs) == ("aaaaaaa with uncommitted changes (2 runs); aaaaaaa (clean) (1 runs); "
-                             "not recorded (1 runs)")
+    assert code_of(runs) == ("aaaaaaa with uncommitted changes, source ffffffffffff (2 runs); "
+                             "aaaaaaa (clean) (1 runs); commit not recorded, source eeeeeeeeeeee (1 runs); "
+                             "commit not recorded (1 runs)")
     assert code_of([]) == "no runs"

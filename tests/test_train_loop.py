@@ -18,7 +18,7 @@ from andrea_exp import metric_keys as K
 from andrea_exp.config import ConfigError
 from andrea_exp.interrupts import StopRequest
 from andrea_exp.logwindow import LogWindow
-from andrea_exp.runfacts import git_facts
+from andrea_exp.runfacts import code_sha, git_facts
 from andrea_exp.runtime import Runtime, setup_runtime
 from andrea_exp.train import DivergenceWatch, LoopState, probe_due, train
 
@@ -209,3 +209,27 @@ def test_git_facts_can_leave_out_a_directory(tmp_path):
     (tmp_path / "code.py").write_text("a = 2\n")  # the code itself edited
     assert git_facts(tmp_path, ignore=tmp_path / "out")["run/git_dirty"] is True
     assert git_facts(tmp_path, ignore=Path("/elsewhere"))["run/git_dirty"] is True  # outside: nothing left out
+
+
+def test_code_sha_names_the_source_whatever_git_says(tmp_path):
+    def tree(root: Path, body: str) -> tuple[Path, Path]:
+        package, conf = root / "andrea_exp", root / "conf"
+        (package / "report").mkdir(parents=True)
+        (package / "__pycache__").mkdir()
+        (conf / "model").mkdir(parents=True)
+        (package / "model.py").write_text(body)
+        (package / "report" / "rules.py").write_text("b = 2\n")
+        (package / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\x00stale")
+        (conf / "model" / "small.yaml").write_text("d_k: 64\n")
+        return package, conf
+
+    first, second = tree(tmp_path / "one", "a = 1\n"), tree(tmp_path / "two", "a = 1\n")
+    sha = code_sha(*first)
+    assert len(sha) == 12 and int(sha, 16) >= 0
+    assert code_sha(*second) == sha  # the same source in another place
+    (first[0] / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"other")
+    assert code_sha(*first) == sha  # compiled caches are not source
+    (second[1] / "model" / "small.yaml").write_text("d_k: 128\n")
+    assert code_sha(*second) != sha  # a config is part of the code that ran
+    (first[0] / "report" / "rules.py").rename(first[0] / "report" / "other.py")
+    assert code_sha(*first) != sha  # so is where a file lies

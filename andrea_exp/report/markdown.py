@@ -21,7 +21,7 @@ from andrea_exp.report.seeds import MIN_STEPS, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
-from andrea_exp.runfacts import git_facts
+from andrea_exp.runfacts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
 
@@ -53,12 +53,15 @@ def machine_of(runs, given: str | None = None) -> str:
 
 
 def code_of(runs) -> str:
-    """The code the runs recorded (summary `run/git_commit`, `run/git_dirty`), most runs first."""
+    """The code the runs recorded (summary `run/git_commit`, `run/git_dirty`, `run/code_sha`), most runs first."""
     def label(run) -> str:
         commit = run.summary.get(mk.RUN_GIT_COMMIT)
+        sha = run.summary.get(mk.RUN_CODE_SHA)
+        source = f", source {sha}" if sha else ""
         if not commit:
-            return "not recorded"
-        return str(commit)[:7] + (" with uncommitted changes" if run.summary.get(mk.RUN_GIT_DIRTY) else " (clean)")
+            return f"commit not recorded{source}"
+        dirty = " with uncommitted changes" if run.summary.get(mk.RUN_GIT_DIRTY) else " (clean)"
+        return str(commit)[:7] + dirty + source
 
     return "; ".join(f"{name} ({n} runs)" for name, n in Counter(map(label, runs)).most_common()) or "no runs"
 
@@ -76,7 +79,8 @@ def header(argv: list[str], study: Study, machine: str | None, notes: list[str])
     lines = ["# ANDREA attention claims: report", "",
              f"- claims: [CLAIMS.md]({claims_link}) says what each of C1-C9 states and what would show it",
              f"- command: `{' '.join(shlex.quote(a) for a in argv)}`",
-             f"- report code: git commit {git_commit(out)}",
+             f"- report code: git commit {git_commit(out)}; source {code_sha()} (`run/code_sha` of runs made with "
+             "this code)",
              f"- machine: {machine_of(study.runs, machine)}",
              f"- runs' code, as recorded in summary.json: {code_of(study.runs)}"]
     lines += [f"- note: {note}" for note in notes]
