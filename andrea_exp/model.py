@@ -101,12 +101,11 @@ class Attention(nn.Module):
         q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         v = v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
-        if self.use_fused and self.stages is None:
+        if self.stages is None:  # the fused path (the explicit one without stages went head-major above)
             out = fused_attention(q, k, v, scale=self.scale, causal=causal,
                                   backend=self.sdpa_backend)  # (B, H, T, d_v)
-        else:
-            if self.stages is not None:
-                self.stages["q"], self.stages["k"] = q, k
+        else:  # captured for a probe: the explicit path, every stage named
+            self.stages["q"], self.stages["k"] = q, k
             out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
                                         stages=self.stages)  # (B, H, T, d_v)
         out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
