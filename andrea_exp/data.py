@@ -166,7 +166,6 @@ def _open_tokens(file: Path) -> np.ndarray:
 def _too_large_id(rows: np.ndarray, vocab_size: int, file: Path, what: str) -> None:
     top = int(rows.max())
     if top >= vocab_size:
-
         raise ConfigError(f"data.vocab_size={vocab_size} is too small for {str(file)!r}: {what} hold token id "
                           f"{top}; set data.vocab_size to at least {top + 1}")
 

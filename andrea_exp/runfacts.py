@@ -34,8 +34,10 @@ def git_facts(here: Path = PACKAGE_DIR, ignore: Path | None = None) -> dict:
     commit = git("rev-parse", "HEAD")
     pathspec = []
     top = git("rev-parse", "--show-toplevel") if commit and ignore is not None else None
-    if top and Path(ignore).resolve().is_relative_to(Path(top).resolve()):
-        pathspec = ["--", ":/", f":(top,exclude){Path(ignore).resolve().relative_to(Path(top).resolve()).as_posix()}"]
+    if top:
+        left_out, root = Path(ignore).resolve(), Path(top).resolve()
+        if left_out.is_relative_to(root):
+            pathspec = ["--", ":/", f":(top,exclude){left_out.relative_to(root).as_posix()}"]
     dirty = git("status", "--porcelain", "--untracked-files=no", *pathspec) if commit else None
     return {K.RUN_GIT_COMMIT: commit, K.RUN_GIT_DIRTY: None if dirty is None else bool(dirty)}
 

@@ -106,26 +106,27 @@ def growth_section(cells: list[Cell], fig_path: Path) -> str:
         return intro + f"**not measured**: no `{EXPERIMENT}` runs among the runs read; run `andrea-exp -m " \
                        f"experiment={EXPERIMENT} seed=0,1,2` and pass its sweep directory.\n"
     lrs = sorted({lr for by_lr in groups.values() for lr in by_lr})
+    d_ks = sorted({d for d, _ in groups})
+    shared = {d_k: shared_lrs(groups, d_k) for d_k in d_ks}  # per d_k, not per row: every row of it shares them
+    curve_at = {d_k: curve_lr(groups, d_k) for d_k in d_ks}
     rows, growth_rows = [], []
     for (d_k, fix), by_lr in groups.items():
         good = [lr for lr, c in by_lr.items() if trains(c)]
         losses = [f"{stat(map(capped_final, by_lr[lr].runs)).mean:.3f}" if lr in by_lr else "-" for lr in lrs]
-        shared = shared_lrs(groups, d_k)
-        value = str(sensitivity(by_lr, shared))
+        value = str(sensitivity(by_lr, shared[d_k]))
         if not good:  # l* itself near l_0: a small value says the cell fails everywhere, not that it is robust
             value += " (no LR trains: not comparable)"
         rows.append([d_k, fix, f"{max(good):g}" if good else "none", *losses,
-                     f"{value} over lr {', '.join(f'{lr:g}' for lr in shared)}"])
-        curve_at = curve_lr(groups, d_k)
-        growth_rows.append([d_k, fix, f"{curve_at:g}", *growth_row(by_lr, curve_at)])
+                     f"{value} over lr {', '.join(f'{lr:g}' for lr in shared[d_k])}"])
+        growth_rows.append([d_k, fix, f"{curve_at[d_k]:g}", *growth_row(by_lr, curve_at[d_k])])
     table = md_table(["d_k", "fix", "largest LR that trains", *[f"loss at lr={lr:g}" for lr in lrs],
                       "LR sensitivity (over the LRs every row of the d_k ran)"], rows)
     growth_table = md_table(["d_k", "fix", "lr", "max logit, step 0", "max logit, largest", "max logit, last",
                              "qk_spectral, step 0", "qk_spectral, last", "entropy, step 0", "entropy, last"],
                             growth_rows)
     panels = []
-    for d_k in sorted({d for d, _ in groups}):
-        lr = curve_lr(groups, d_k)
+    for d_k in d_ks:
+        lr = curve_at[d_k]
         for key in CURVE_KEYS:
             series = {fix: curve(by_lr[lr], key) for (d, fix), by_lr in groups.items() if d == d_k and lr in by_lr}
             panels.append({"title": f"d_k={d_k}, lr={lr:g}: {key}", "xlabel": "step", "ylabel": key,
