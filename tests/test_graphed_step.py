@@ -211,3 +211,14 @@ def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
     assert set(data["cells"]) == {f"d_k={d} {m}" for d in (4, 8) for m in ("causal", "unmasked")}
     for cell in data["cells"].values():
         assert cell["step_ms"] > 0 and cell["eval_s"] > 0 and cell["probe_s"] > 0
+
+
+def test_concurrent_cells_smoke_times_every_mode(tmp_path: Path):
+    from benchmarks.concurrent_cells import main
+
+    out = tmp_path / "cc.json"
+    data = main(["--smoke", "--timeout", "600", "--out", str(out)])
+    assert json.loads(out.read_text()) == data and data["d_k"] == [4, 8] and data["steps"] == 3
+    assert len(data["alone_ms_per_step"]) == 2 and all(t > 0 for t in data["alone_ms_per_step"])
+    assert data["serial_s"] > 0 and data["streams_s"] > 0
+    assert data["speedup"] == pytest.approx(data["serial_s"] / data["streams_s"], rel=0.05)  # from unrounded times
