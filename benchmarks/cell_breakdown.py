@@ -20,9 +20,8 @@ import torch
 
 from andrea_exp.evaluate import evaluate
 from andrea_exp.probe import Probe
-from andrea_exp.train import local_batch_size
 from benchmarks.claims_grid_speed import cell_overrides
-from benchmarks.common import build_cell, compose_cfg, git_commit
+from benchmarks.common import compose_cfg, git_commit, warmed_cell
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,15 +49,11 @@ def timed(fn, repeats: int, sync) -> float:
 
 def measure_cell(overrides: list[str], steps: int, repeats: int) -> dict:
     cfg = compose_cfg(overrides)
-    rt, data, model, step = build_cell(cfg)
+    rt, data, model, step, batches = warmed_cell(cfg, steps)
     sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
-    bs = local_batch_size(cfg.train.batch_size, 1)
-    batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(steps + 5)]
-    for x, y in batches[:5]:
-        step(x, y)
     sync()
     started = time.perf_counter()
-    for x, y in batches[5:]:
+    for x, y in batches:
         step(x, y)
     sync()
     step_s = (time.perf_counter() - started) / steps
@@ -74,14 +69,11 @@ def measure_cell(overrides: list[str], steps: int, repeats: int) -> dict:
 
 def profile_steps(overrides: list[str], steps: int = 5) -> str:
     cfg = compose_cfg(overrides + ["train.cuda_graph=false"])
-    rt, data, model, step = build_cell(cfg)
-    bs = local_batch_size(cfg.train.batch_size, 1)
-    for i in range(3):
-        step(*data.batch(i, bs, cfg.seed, 0, 1))
+    _, _, _, step, batches = warmed_cell(cfg, steps, warmup_steps=3)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for i in range(steps):
-            step(*data.batch(i, bs, cfg.seed, 0, 1))
+        for x, y in batches:
+            step(x, y)
         torch.cuda.synchronize()
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
 

@@ -35,6 +35,19 @@ def build_cell(cfg):
     return rt, data, model, step
 
 
+def warmed_cell(cfg, timed_steps: int, warmup_steps: int = 5):
+    """build_cell's (runtime, data, model, step) after `warmup_steps` steps (the eager warm-up and, where
+    the step is graphed, its capture), with the next `timed_steps` batches already on the device."""
+    from andrea_exp.train import local_batch_size
+
+    rt, data, model, step = build_cell(cfg)
+    bs = local_batch_size(cfg.train.batch_size, 1)
+    batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(warmup_steps + timed_steps)]
+    for x, y in batches[:warmup_steps]:
+        step(x, y)
+    return rt, data, model, step, batches[warmup_steps:]
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
 

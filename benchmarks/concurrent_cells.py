@@ -24,9 +24,8 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.train import local_batch_size
 from benchmarks.claims_grid_speed import cell_overrides
-from benchmarks.common import build_cell, compose_cfg, git_commit
+from benchmarks.common import compose_cfg, git_commit, warmed_cell
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,21 +45,14 @@ class Cell:
         overrides = cell_overrides(d_k, smoke) + [f"seed={index}"]
         if smoke:
             overrides += ["model.n_head=2", "model.d_v=4"]
-        cfg = compose_cfg(overrides)
-        self.d_k = d_k
-        self.rt, data, self.model, self.step = build_cell(cfg)
-        bs = local_batch_size(cfg.train.batch_size, 1)
-        self.batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(steps + 5)]
-        cuda = self.rt.device.type == "cuda"
-        self.stream = torch.cuda.Stream(self.rt.device) if cuda else None
-        for x, y in self.batches[:5]:  # eager warm-up, then the capture
-            self.step(x, y)
+        rt, _, _, self.step, self.batches = warmed_cell(compose_cfg(overrides), steps)
+        self.stream = torch.cuda.Stream(rt.device) if rt.device.type == "cuda" else None
 
     def on_stream(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def run(self, i: int):
-        x, y = self.batches[5 + i]
+        x, y = self.batches[i]
         with self.on_stream():
             self.step(x, y)
 
