@@ -21,6 +21,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=acc, device=x.device)
         grad_x = torch.empty_like(x) if with_grad else None  # (N, d)
         grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if with_grad else None  # (V, d)
+        vocab = torch.arange(weight.size(0), device=x.device)  # (V,)
         with torch.autocast(device_type=x.device.type, enabled=False):  # dtypes are chosen by the caller
             for start in range(0, n, chunk_rows):
                 xc, tc = x[start:start + chunk_rows], targets[start:start + chunk_rows]  # (c, d), (c,)
@@ -28,9 +29,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 lse = torch.logsumexp(logits, dim=-1)  # (c,)
                 total = total + (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
                 if with_grad:
+                    # softmax - one_hot, scaled and cast in one elementwise pass: a comparison rather than
+                    # scatter_add_ for the one-hot, because a scatter stops the compiler fusing the pass
+                    hit = vocab[None, :] == tc[:, None]  # (c, V): the one-hot as a mask
                     probs = (logits - lse[:, None]).exp_()  # (c, V): softmax
-                    probs.scatter_add_(1, tc[:, None], torch.full_like(probs[:, :1], -1.0))  # - one_hot
-                    g = (probs / n).to(x.dtype)  # (c, V): d mean-loss / d logits
+                    g = probs.sub_(hit.to(acc)).div_(n).to(x.dtype)  # (c, V): d mean-loss / d logits
                     grad_x[start:start + chunk_rows] = g @ weight  # (c, d)
                     grad_w += (g.t() @ xc).to(acc)  # (V, d)
         if with_grad:

@@ -2,7 +2,9 @@
 
 A small cell (andrea_small at T 128) spends most of an eager step launching kernels and running Python;
 a replayed graph launches the whole step (forward, backward, global gradient norm, clipping, AdamW) at
-once. The recipe is PyTorch's whole-network capture:
+once. With train.compile the compiled model is captured: compilation happens in the eager warm-up steps,
+and the graph replays inductor's kernels together with the clipping and the optimiser, which otherwise
+leave the GPU waiting on the host between steps at ANDREA-120M's size. The recipe is PyTorch's whole-network capture:
 - static input buffers x, y on the device; each replayed step copies its batch into them;
 - the first WARMUP_STEPS steps of a run (and of a resumed run) run eagerly on a side stream: they are
   real steps, and they create the gradients and the optimiser's state before the capture;
@@ -30,7 +32,7 @@ CHOICES = ("auto", True, False)
 WARMUP_STEPS = 3  # eager steps on a side stream before the capture (allocator and optimiser state)
 
 
-def use_cuda_graph(setting, *, device_type: str, world_size: int, compile: bool, dropout: float) -> bool:
+def use_cuda_graph(setting, *, device_type: str, world_size: int, dropout: float) -> bool:
     """train.cuda_graph -> whether the step is captured. auto: on when nothing stands against it;
     true: required (one-line ConfigError naming what stands against it); false: eager."""
     if setting not in CHOICES or (isinstance(setting, int) and not isinstance(setting, bool)):
@@ -39,10 +41,9 @@ def use_cuda_graph(setting, *, device_type: str, world_size: int, compile: bool,
         return False
     against = [why for why, bad in ((f"the device is {device_type}", device_type != "cuda"),
                                     (f"{world_size} processes", world_size != 1),
-                                    ("train.compile is true", compile),
                                     (f"model.dropout is {dropout:g}", dropout != 0)) if bad]
     if against and setting is True:
-        raise ConfigError("train.cuda_graph=true needs one CUDA process, train.compile=false and model.dropout=0; "
+        raise ConfigError("train.cuda_graph=true needs one CUDA process and model.dropout=0; "
                           f"here {', '.join(against)}")
     return not against
 

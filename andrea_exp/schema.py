@@ -39,6 +39,7 @@ DATA_SOURCES = ("markov", "text", "tokens")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 PROGRESS = ("auto", True, False)
 BOOLS = (True, False)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 # ------------------------------------------------------------------ rules: each says what is allowed in one line
@@ -187,6 +188,7 @@ class TrainSchema:
     keep_checkpoints: int = setting(Integer(0), operational=True)
     resume: bool = setting(Choice(BOOLS), operational=True)
     compile: bool = setting(Choice(BOOLS), operational=True)
+    compile_mode: str = setting(Choice(COMPILE_MODES), operational=True)
     cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results
     device: str = setting(Device(), operational=True)
     precision: str = setting(Choice(PRECISIONS))

@@ -95,7 +95,7 @@ def local_batch_size(batch_size: int, world_size: int) -> int:
 
 def wrap_for_training(model, cfg, rt: Runtime):
     """The module the step calls: compiled and/or DDP-wrapped; `model` itself stays plain for eval and probes."""
-    wrapped = torch.compile(model) if cfg.train.compile else model
+    wrapped = torch.compile(model, mode=cfg.train.compile_mode) if cfg.train.compile else model
     if rt.world_size > 1:
         ids = [rt.device.index] if rt.device.type == "cuda" else None
         wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
@@ -247,13 +247,12 @@ def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip
     return all_reduce_mean(loss, rt), gn, lr
 
 
-def build_step(cfg, rt: Runtime, model, train_model, params, optimizer, scheduler, grad_clip: float):
+def build_step(cfg, rt: Runtime, train_model, params, optimizer, scheduler, grad_clip: float):
     """`step(x, y) -> (loss, grad norm, lr)`: a replayed CUDA graph (train.cuda_graph) or the eager train_step.
     Built after any checkpoint restore: a resumed run starts with the graph's eager warm-up steps again."""
     setting = cfg.train.get("cuda_graph", "auto")
-    if use_cuda_graph(setting, device_type=rt.device.type, world_size=rt.world_size, compile=bool(cfg.train.compile),
-                      dropout=float(cfg.model.dropout)):
-        return GraphedStep(model, params, optimizer, scheduler, amp_dtype=rt.amp_dtype, grad_clip=grad_clip,
+    if use_cuda_graph(setting, device_type=rt.device.type, world_size=rt.world_size, dropout=float(cfg.model.dropout)):
+        return GraphedStep(train_model, params, optimizer, scheduler, amp_dtype=rt.amp_dtype, grad_clip=grad_clip,
                            fallback=setting == "auto", log=lambda line: print(line, flush=True))
     return functools.partial(train_step, train_model, params, optimizer, scheduler, rt=rt, grad_clip=grad_clip)
 
@@ -337,7 +336,7 @@ def train(cfg, run_dir: Path) -> dict:
     probe = build_probe(cfg, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
     window, progress = LogWindow(s.tokens_per_step, s.grad_clip), Progress(cfg, rt, st.step)
-    step = build_step(cfg, rt, model, train_model, params, optimizer, scheduler, s.grad_clip)
+    step = build_step(cfg, rt, train_model, params, optimizer, scheduler, s.grad_clip)
 
     if resumed is not None and st.step < s.max_steps:
         for record in resumed["extra"].get("records_at_step", []):

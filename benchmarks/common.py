@@ -23,7 +23,7 @@ def build_cell(cfg):
 
     from andrea_exp.data import build_dataset
     from andrea_exp.runtime import setup_runtime
-    from andrea_exp.train import build_model, build_optimizer, build_step
+    from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
 
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
@@ -31,7 +31,7 @@ def build_cell(cfg):
     model = build_model(cfg, data.vocab_size).to(rt.device)
     optimizer, scheduler = build_optimizer(model, cfg, rt.device)
     params = [p for p in model.parameters() if p.requires_grad]
-    step = build_step(cfg, rt, model, model, params, optimizer, scheduler, cfg.train.grad_clip)
+    step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
     return rt, data, model, step
 
 

@@ -2,21 +2,17 @@
 
 Both models are built, compiled and warmed, then timed in alternation A/B/A/B: each pair is one window
 of --window steps of the reference and one of ANDREA, on the same batches. ANDREA runs andrea_exp's
-own pieces (build_model, build_optimizer with its schedule, gradient clipping, Probe at conf/probe's
-cadence); a window of probe.every steps holds exactly one probe, so every pair pays the probe's cost.
-Peak memory is measured per model in its own phase (what the model allocates above what was allocated
-before it was built), for ANDREA split into a training step and a probe. Also: a short timing of each
+own pieces: the step train() builds (build_step: forward, backward, clipping and AdamW with its
+schedule, captured as one CUDA graph where train.cuda_graph allows) and Probe at conf/probe's cadence;
+a window of probe.every steps holds exactly one probe, so every pair pays the probe's cost.
+Peak memory is measured per model in its own phase (its parameters and optimiser state plus what its
+warm-up and first steps allocate above that; a captured graph allocates its memory while it is
+captured, in the warm-up), for ANDREA split into training steps and a probe. Also: a short timing of each
 SDPA kernel at the model's attention shape, and ablations (--variant) of the fast paths.
 
     PYTHONPATH=. python3 benchmarks/throughput.py                   # H200: about 3-4 minutes
     PYTHONPATH=. python3 benchmarks/throughput.py --smoke           # tiny shapes on CPU, seconds
 
-The train loop has no public "build a run" or "one step" function, so ANDREA's step below repeats the
-loop body of andrea_exp.train (forward under autocast, backward, grad_norm, clip_grads_with_norm_,
-optimizer and scheduler step, zero_grad, probe every probe.every steps, a host sync every
-train.log_every steps); tests/test_fast_paths.py checks it reproduces train()'s losses. The hook that
-would remove the copy: `train.build_run(cfg) -> Run` with `.model`, `.optimizer`, `.probe` and
-`Run.step(step) -> (loss, grad_norm)`, used by train() itself.
 """
 
 from __future__ import annotations
@@ -35,9 +31,10 @@ import torch
 
 from andrea_exp.attention import SDPA_BACKENDS, fused_attention
 from andrea_exp.data import build_dataset
+from andrea_exp.graphed_step import GraphedStep
 from andrea_exp.probe import Probe
 from andrea_exp.runtime import setup_runtime
-from andrea_exp.train import build_model, build_optimizer, grad_norm
+from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
 from benchmarks.common import compose_cfg, git_commit
 from benchmarks.reference_gpt import GPT, GPTConfig
 
@@ -56,13 +53,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--compile-mode", default="default",
-                        help="torch.compile mode for both models (default, max-autotune-no-cudagraphs, ...)")
+                        help="torch.compile mode for both models (default, max-autotune-no-cudagraphs, ...); "
+                             "ANDREA's alone: --override train.compile_mode=...")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="Hydra override for ANDREA's headline run (repeatable), e.g. model.sdpa_backend=cudnn")
     parser.add_argument("--variant", action="append", default=None, metavar="K=V[,K=V]",
                         help=f"an ablation timed against the reference after the headline (repeatable); "
                              f"default {' and '.join(DEFAULT_VARIANTS)}; 'none' for none")
     parser.add_argument("--no-sdpa-sweep", action="store_true", help="skip the per-kernel attention timing")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="after warm-up, the CUDA kernels of this many steps of each model (no probe), by time")
     parser.add_argument("--budget-s", type=float, default=270.0,
                         help="skip ablations that would end after this many seconds from the start")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON result (default {DEFAULT_OUT})")
@@ -85,7 +85,7 @@ def andrea_overrides(args) -> list[str]:
     common = [f"data.vocab_size={args.vocab}", "data.order=1", "data.branching=4", f"data.seq_len={args.seq_len}",
               f"model.block_size={args.seq_len}", f"data.train_sequences={8 * args.batch_size}",
               "data.eval_sequences=16", f"train.batch_size={args.batch_size}", "train.max_steps=100000",
-              "logger.mode=disabled", "train.progress=false"]
+              "logger.mode=disabled", "train.progress=false", f"train.compile_mode={args.compile_mode}"]
     if args.smoke:
         return ["model=andrea_tiny", *common, "train.device=cpu", "train.compile=false", "probe.every=3",
                 "data.eval_sequences=8"]
@@ -98,43 +98,40 @@ def sync(device: torch.device) -> None:
 
 
 class AndreaRun:
-    """ANDREA trained by andrea_exp's pieces, one step at a time (see the module docstring)."""
+    """ANDREA trained by andrea_exp's pieces, one step at a time: the step train() builds (build_step: the
+    compiled model, captured with clipping and AdamW as one CUDA graph where train.cuda_graph allows), the
+    probe at conf/probe's cadence and train()'s one host sync per logging window."""
 
-    def __init__(self, cfg, compile_mode: str, run_dir: Path):
+    def __init__(self, cfg, run_dir: Path):
         self.rt = setup_runtime(cfg)
         torch.manual_seed(cfg.seed)
         self.data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(self.rt.device)
         self.model = build_model(cfg, self.data.vocab_size).to(self.rt.device)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg, self.rt.device)
-        self.train_model = torch.compile(self.model, mode=compile_mode) if cfg.train.compile else self.model
         self.probe = None
         if cfg.probe.every > 0:
             self.probe = Probe(self.model, self.data.eval.tokens[: cfg.probe.batch_size], cfg.probe, run_dir)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.train_step = build_step(cfg, self.rt, wrap_for_training(self.model, cfg, self.rt), params,
+                                     self.optimizer, self.scheduler, cfg.train.grad_clip)
         self.batch_size, self.seed = cfg.train.batch_size, cfg.seed
-        self.grad_clip, self.log_every, self.probe_every = cfg.train.grad_clip, cfg.train.log_every, cfg.probe.every
+        self.log_every, self.probe_every = cfg.train.log_every, cfg.probe.every
         self.step_no = 0
         self.window: list[torch.Tensor] = []
         self.losses: list[float] = []
         self.probes_run = 0
 
+    @property
+    def graphed(self) -> bool:
+        return isinstance(self.train_step, GraphedStep) and self.train_step.graph is not None
+
     def step(self, with_probe: bool = True) -> None:
-        step = self.step_no
-        if with_probe and self.probe is not None and step % self.probe_every == 0:
-            self.probe.measure(step)
+        if with_probe and self.probe is not None and self.step_no % self.probe_every == 0:
+            self.probe.measure(self.step_no)
             self.probes_run += 1
-        x, y = self.data.batch(step, self.batch_size, self.seed)
-        with self.rt.autocast():
-            _, loss = self.train_model(x, y)
-        loss.backward()
-        gn = grad_norm(self.params)  # global, before clipping
-        if self.grad_clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(self.params, self.grad_clip, gn)
-        self.scheduler.get_last_lr()
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.window.append(torch.stack([loss.detach(), gn.detach()]))
+        x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
+        loss, gn, _ = self.train_step(x, y)
+        self.window.append(torch.stack([loss, gn]))
         self.step_no += 1
         if len(self.window) >= self.log_every:
             self.flush()
@@ -232,6 +229,26 @@ def sdpa_sweep(cfg, batch_size: int, device: torch.device, dtype) -> dict:
     return out
 
 
+def kernel_profile(run, steps: int, device: torch.device, top: int = 30) -> dict:
+    """Time per step of each kernel (CUDA; on the CPU each op's own time) over `steps` steps, largest first."""
+    cuda = device.type == "cuda"
+    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    sync(device)
+    with torch.profiler.profile(activities=[activity]) as prof:
+        for _ in range(steps):
+            run.step(with_probe=False)
+        sync(device)
+    rows = []
+    for e in prof.key_averages():  # self time: a kernel's time counted once, not again in the op that launched it
+        us = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if us > 0:
+            rows.append((e.key, us / 1e3 / steps, e.count // steps))
+    rows.sort(key=lambda r: -r[1])
+    return {"ms_per_step": sum(r[1] for r in rows),
+            "kernels": [{"name": name[:120], "ms_per_step": ms, "calls_per_step": calls}
+                        for name, ms, calls in rows[:top]]}
+
+
 def tokens_per_s(tokens: int, seconds: float) -> float:
     return tokens / max(seconds, 1e-12)
 
@@ -276,7 +293,7 @@ def main(argv=None) -> dict:
         print(f"[throughput {time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
     tmp = tempfile.TemporaryDirectory()
-    andrea = AndreaRun(cfg, args.compile_mode, Path(tmp.name))
+    andrea = AndreaRun(cfg, Path(tmp.name))
     device = andrea.rt.device
     reference = ReferenceRun(cfg, andrea.data, device, andrea.rt.autocast, args.compile_mode, cfg.train.compile)
     say(f"ANDREA {andrea.model.num_params():,} parameters, reference {reference.model.num_params():,}; "
@@ -292,22 +309,18 @@ def main(argv=None) -> dict:
         result.update(sdpa_backends_ms=sweep)
 
     t0 = time.perf_counter()
-    for _ in range(args.warmup_steps):
-        reference.step()
-    reference_peak = peak_gb(lambda: [reference.step() for _ in range(3)], reference)
+    reference_peak = peak_gb(lambda: [reference.step() for _ in range(args.warmup_steps + 3)], reference)
     compile_ref_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for _ in range(args.warmup_steps):
-        andrea.step(with_probe=False)
+    andrea_train_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(args.warmup_steps + 3)], andrea)
     if andrea.probe is not None:
         andrea.probe.measure(andrea.step_no)  # the probe's first call (eager kernels, handles) is warm-up too
-    andrea_train_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(3)], andrea)
     andrea_probe_peak = None
     if andrea.probe is not None:
         andrea_probe_peak = peak_gb(lambda: andrea.probe.measure(andrea.step_no), andrea)
     compile_andrea_s = time.perf_counter() - t0
     peaks = [p for p in (andrea_train_peak, andrea_probe_peak) if p is not None]
-    result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s},
+    result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s}, andrea_step_graphed=andrea.graphed,
                   reference_peak_mem_gb=reference_peak, peak_mem_gb=max(peaks) if peaks else None,
                   andrea_train_step_peak_mem_gb=andrea_train_peak, andrea_probe_peak_mem_gb=andrea_probe_peak,
                   memory_note="a model's parameters and Adam state plus the peak its steps allocate above "
@@ -316,6 +329,15 @@ def main(argv=None) -> dict:
     say(f"warm-up: reference {compile_ref_s:.1f}s, ANDREA {compile_andrea_s:.1f}s; peak memory: reference "
         f"{reference_peak or 0:.2f} GB, ANDREA train step {andrea_train_peak or 0:.2f} GB, probe "
         f"{andrea_probe_peak or 0:.2f} GB")
+
+    if args.profile > 0:
+        profiles = {name: kernel_profile(run, args.profile, device) for name, run in
+                    (("reference", reference), ("andrea", andrea))}
+        for name, prof in profiles.items():
+            say(f"{name}: {prof['ms_per_step']:.2f} kernel ms a step; top kernels (ms, calls a step):")
+            for k in prof["kernels"][:20]:
+                print(f"    {k['ms_per_step']:7.3f} {k['calls_per_step']:4d}  {k['name']}", flush=True)
+        result.update(profile=profiles)
 
     # align ANDREA's step count so each window of probe.every steps starts with a probe
     if andrea.probe is not None and window % andrea.probe_every == 0:
@@ -334,6 +356,7 @@ def main(argv=None) -> dict:
             f"tok/s ({pair['probes_in_window']} probe), ratio {pair['ratio']:.3f}")
         result.update(pairs=pairs)
     andrea.flush()
+    headline_losses = list(andrea.losses)
     ratio = statistics.median(p["ratio"] for p in pairs)
     total_ref = sum(tokens_per_window / p["reference_tokens_per_s"] for p in pairs)
     total_andrea = sum(tokens_per_window / p["tokens_per_s"] for p in pairs)
@@ -357,17 +380,21 @@ def main(argv=None) -> dict:
             release(andrea)
             andrea = None
             vcfg = compose_cfg(andrea_overrides(args) + args.override + spec.split(","))
-            run = AndreaRun(vcfg, args.compile_mode, Path(tmp.name))
-            for _ in range(args.warmup_steps):
-                run.step(with_probe=False)
-            vpeak = peak_gb(lambda: [run.step(with_probe=False) for _ in range(3)], run)  # noqa: B023
+            run = AndreaRun(vcfg, Path(tmp.name))
+            vpeak = peak_gb(lambda: [run.step(with_probe=False) for _ in range(args.warmup_steps + 3)], run)  # noqa: B023
             while run.probe is not None and run.step_no % run.probe_every:
                 run.step(with_probe=False)
             t_ref = timed_window(reference, window, device)
             t_run = timed_window(run, window, device)
+            run.flush()
+            common = min(len(run.losses), len(headline_losses))
             variants[spec] = {"tokens_per_s": tokens_per_s(tokens_per_window, t_run),
                               "reference_tokens_per_s": tokens_per_s(tokens_per_window, t_ref),
-                              "ratio": t_ref / t_run, "train_step_peak_mem_gb": vpeak}
+                              "ratio": t_ref / t_run, "train_step_peak_mem_gb": vpeak, "step_graphed": run.graphed,
+                              # the same batches from the same seed: a fast path must not change the losses
+                              "loss_max_abs_diff_vs_headline": max(abs(a - b) for a, b in zip(
+                                  run.losses[:common], headline_losses[:common])) if common else None,
+                              "loss_steps_compared": common}
             say(f"variant {spec}: ratio {t_ref / t_run:.3f}, train-step peak {vpeak or 0:.2f} GB")
             release(run)
         except Exception as err:  # an ablation failing must not lose the headline

@@ -182,7 +182,7 @@ def test_benchmark_step_reproduces_train_losses(tmp_path: Path):
     train(cfg, tmp_path / "train")
     logged = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
     by_step = {r["step"]: r["train/loss"] for r in logged if "train/loss" in r}
-    run = AndreaRun(compose_cfg(overrides), "default", tmp_path / "bench")
+    run = AndreaRun(compose_cfg(overrides), tmp_path / "bench")
     for _ in range(6):
         run.step()
     run.flush()
