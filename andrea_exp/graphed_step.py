@@ -95,6 +95,10 @@ class GraphedStep:
         return torch.autocast(device_type="cuda", dtype=self.amp_dtype, cache_enabled=False)  # no cache: capture
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor):
+        # the capture's static buffers are contiguous; batches are views of (B, T+1) rows. A compiled model
+        # guards on strides, so warm-up steps given the views would compile for them and the capture would
+        # recompile: compilation cannot run while a stream is capturing
+        x, y = x.contiguous(), y.contiguous()
         lr = self.scheduler.get_last_lr()[0]
         if self.eager_left > 0:
             self.eager_left -= 1
@@ -142,6 +146,9 @@ class GraphedStep:
             self.failed = True
             self.static = {}
             self.optimizer.zero_grad(set_to_none=True)
+            # whatever was compiled during the failed capture may hold tensors from the graph's memory pool,
+            # which is freed with the graph: drop all compiled code so the eager steps compile afresh
+            torch.compiler.reset()
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             self.log(f"[andrea-exp] CUDA graph capture failed ({type(err).__name__}: {first}); training eagerly")
             return

@@ -235,6 +235,7 @@ class Config:
     seed: int = setting(Integer(0), operational=True)  # the replicate
     name: str = setting(Text(), operational=True)
     cells_per_gpu: int = setting(Integer(1), operational=True)
+    mps: Any = setting(Choice(("auto", True, False)), operational=True)
 
 
 ConfigStore.instance().store(name="base_config", node=Config)

@@ -1,0 +1,140 @@
+"""Cells that share a GPU run their kernels side by side: a private CUDA MPS daemon for a local sweep.
+
+Separate processes on one GPU time-slice it: a kernel of one cell never runs beside a kernel of another,
+so `cells_per_gpu` > 1 saves start-up time but not GPU time. Under NVIDIA's Multi-Process Service (MPS)
+the processes' kernels share the GPU's SMs at once; small cells, which fill a fraction of the GPU each,
+then overlap. The kernels and their numbers are the same either way.
+
+`mps` (top level, like `cells_per_gpu`):
+- auto: on for `hydra/launcher=local_gpus` with `cells_per_gpu` > 1 when a GPU is visible,
+  `nvidia-cuda-mps-control` is on PATH and no MPS daemon is already set up (CUDA_MPS_PIPE_DIRECTORY
+  unset, no daemon at the default /tmp/nvidia-mps); otherwise off, or a one-line note why it could not start;
+- true: the same, but a sweep that cannot have it stops at once with a one-line error;
+- false: never.
+
+The daemon is private to the sweep: its pipe and log directories are a new temporary directory, exported
+to the workers (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY) before the launcher starts them, and it
+is told to quit when the sweep ends or the command exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+from andrea_exp import devices
+from andrea_exp.config import ConfigError
+
+CHOICES = ("auto", True, False)
+CONTROL = "nvidia-cuda-mps-control"
+DEFAULT_PIPE_DIR = Path("/tmp/nvidia-mps")  # where a system-wide daemon listens
+
+
+def check_setting(setting) -> None:
+    if setting not in CHOICES or (isinstance(setting, int) and not isinstance(setting, bool)):
+        raise ConfigError(f"mps must be one of auto, true, false; got {setting!r}")
+
+
+def reasons_against(*, launcher_target: str, cells_per_gpu: int, gpus: list[str], control: str | None,
+                    env: dict) -> list[str]:
+    """Why this sweep cannot or need not start its own daemon (empty: it should)."""
+    checks = (("the launcher is not local_gpus", "joblib" not in launcher_target),
+              (f"cells_per_gpu is {cells_per_gpu}", cells_per_gpu < 2),
+              ("no GPU is visible", not gpus),
+              (f"{CONTROL} is not on PATH", control is None),
+              ("an MPS daemon is already set up", "CUDA_MPS_PIPE_DIRECTORY" in env
+               or (DEFAULT_PIPE_DIR / "control").exists()))
+    return [why for why, bad in checks if bad]
+
+
+class MpsDaemon:
+    """A started `nvidia-cuda-mps-control -d` with its own pipe directory; `stop()` asks it to quit."""
+
+    def __init__(self, control: str, log=print):
+        self.control, self.log = control, log
+        self.dir = Path(tempfile.mkdtemp(prefix="andrea-mps-"))  # short: the pipe is a unix socket path
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.dir / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(self.dir / "log")}
+        for path in self.env.values():
+            Path(path).mkdir()
+        subprocess.run([control, "-d"], env={**os.environ, **self.env}, check=True, timeout=30,
+                       capture_output=True)
+        self.running = True
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if not self.running:
+            return
+        self.running = False
+        try:
+            subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env}, timeout=30,
+                           capture_output=True)
+        except (OSError, subprocess.SubprocessError) as err:
+            self.log(f"[andrea-exp] MPS: could not ask the daemon to quit ({err}); pipe dir {self.dir}")
+            return
+        deadline = time.monotonic() + timeout_s  # the daemon removes its control socket as it exits
+        while (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class MpsCallback(Callback):
+    """hydra.callbacks.mps: start the sweep's daemon before the launcher starts workers, stop it after."""
+
+    def __init__(self):
+        self.daemon: MpsDaemon | None = None
+        self.saved_env: dict[str, str | None] = {}
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        try:
+            self.start(config)
+        except ConfigError as err:  # Hydra turns a callback's exception into a warning: stop the sweep here
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            sys.exit(2)
+
+    def start(self, config) -> None:
+        setting = OmegaConf.select(config, "mps", default="auto")
+        check_setting(setting)
+        if setting is False:
+            return
+        cells = OmegaConf.select(config, "cells_per_gpu", default=1)
+        target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+        control = shutil.which(CONTROL)
+        against = reasons_against(launcher_target=target, cells_per_gpu=int(cells), gpus=devices.visible_gpus(),
+                                  control=control, env=dict(os.environ))
+        if against:
+            if setting is True:
+                raise ConfigError(f"mps=true needs hydra/launcher=local_gpus, cells_per_gpu >= 2, a GPU, {CONTROL} "
+                                  f"and no MPS daemon already set up; here {', '.join(against)}")
+            return
+        try:
+            self.daemon = MpsDaemon(control)
+        except (OSError, subprocess.SubprocessError) as err:
+            if setting is True:
+                raise ConfigError(f"mps=true: {CONTROL} -d failed ({type(err).__name__})") from err
+            print(f"[andrea-exp] MPS: the daemon did not start ({type(err).__name__}); cells time-slice the GPU",
+                  flush=True)
+            return
+        self.saved_env = {key: os.environ.get(key) for key in self.daemon.env}
+        os.environ.update(self.daemon.env)  # the workers the launcher starts next inherit it
+        atexit.register(self.on_multirun_end, config)
+        print(f"[andrea-exp] MPS: cells sharing a GPU run side by side (private daemon in {self.daemon.dir})",
+              flush=True)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        if self.daemon is None:
+            return
+        self.daemon.stop()
+        self.daemon = None
+        for key, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

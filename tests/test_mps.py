@@ -1,0 +1,103 @@
+"""mps: when a sweep starts its own MPS daemon, how the workers find it, and that it is stopped."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from andrea_exp import mps
+from andrea_exp.config import ConfigError
+
+JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+GOOD = dict(launcher_target=JOBLIB, cells_per_gpu=4, gpus=["0"], control="/usr/bin/nvidia-cuda-mps-control", env={})
+
+
+def test_nothing_stands_against_a_local_sweep_sharing_a_gpu():
+    if (mps.DEFAULT_PIPE_DIR / "control").exists():
+        pytest.skip("a system MPS daemon is running here")
+    assert mps.reasons_against(**GOOD) == []
+
+
+@pytest.mark.parametrize("changed, why", [
+    ({"launcher_target": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}, "not local_gpus"),
+    ({"cells_per_gpu": 1}, "cells_per_gpu is 1"),
+    ({"gpus": []}, "no GPU is visible"),
+    ({"control": None}, "not on PATH"),
+    ({"env": {"CUDA_MPS_PIPE_DIRECTORY": "/somewhere"}}, "already set up"),
+])
+def test_each_reason_against_is_named(changed, why):
+    against = mps.reasons_against(**{**GOOD, **changed})
+    assert len(against) == 1 and why in against[0]
+
+
+@pytest.mark.parametrize("bad", ["maybe", 1, 0, None])
+def test_bad_value_is_refused_in_one_line(bad):
+    with pytest.raises(ConfigError, match=r"^mps must be one of auto, true, false; got"):
+        mps.check_setting(bad)
+
+
+def test_mps_true_where_it_cannot_run_stops_the_sweep_before_any_cell(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_MPS_PIPE_DIRECTORY"}
+    done = subprocess.run([sys.executable, "-m", "andrea_exp", "-m", "mps=true", "train.max_steps=2",
+                           f"hydra.sweep.dir={sweep}", "logger.mode=disabled", "train.progress=false"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "mps=true needs hydra/launcher=local_gpus" in errors[0]
+    assert "cells_per_gpu is 1" in errors[0]
+    assert not sweep.exists()  # no cell started
+
+
+FAKE_CONTROL = """#!/bin/sh
+# stands in for nvidia-cuda-mps-control: records how it was called and keeps the control socket's place
+echo "$@|$CUDA_MPS_PIPE_DIRECTORY|$CUDA_MPS_LOG_DIRECTORY" >> "{calls}"
+if [ "$1" = "-d" ]; then touch "$CUDA_MPS_PIPE_DIRECTORY/control"; exit 0; fi
+read line; echo "stdin:$line" >> "{calls}"
+[ "$line" = "quit" ] && rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"
+"""
+
+
+def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, monkeypatch):
+    if (mps.DEFAULT_PIPE_DIR / "control").exists():
+        pytest.skip("a system MPS daemon is running here")
+    calls = tmp_path / "calls.txt"
+    control = tmp_path / "bin" / mps.CONTROL
+    control.parent.mkdir()
+    control.write_text(FAKE_CONTROL.format(calls=calls))
+    control.chmod(control.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{control.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    config = OmegaConf.create({"mps": "auto", "cells_per_gpu": 3, "hydra": {"launcher": {"_target_": JOBLIB}}})
+
+    callback = mps.MpsCallback()
+    callback.on_multirun_start(config)
+    pipe = Path(os.environ["CUDA_MPS_PIPE_DIRECTORY"])  # what the workers started next inherit
+    daemon_dir = callback.daemon.dir
+    assert pipe == daemon_dir / "pipe" and (pipe / "control").exists()
+    assert Path(os.environ["CUDA_MPS_LOG_DIRECTORY"]) == daemon_dir / "log"
+    first = calls.read_text().splitlines()[0]
+    assert first == f"-d|{pipe}|{daemon_dir / 'log'}"
+
+    callback.on_multirun_end(config)
+    lines = calls.read_text().splitlines()
+    assert lines[1] == f"|{pipe}|{daemon_dir / 'log'}" and lines[2] == "stdin:quit"
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and not daemon_dir.exists()
+    callback.on_multirun_end(config)  # a second end (the exit hook) does nothing
+    assert len(calls.read_text().splitlines()) == 3
+
+
+def test_mps_false_starts_nothing(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    config = OmegaConf.create({"mps": False, "cells_per_gpu": 3, "hydra": {"launcher": {"_target_": JOBLIB}}})
+    callback = mps.MpsCallback()
+    callback.on_multirun_start(config)
+    assert callback.daemon is None
