@@ -61,6 +61,15 @@ def future_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(diagonal=1 + t_k - t_q)
 
 
+def absent_keys(visible_keys: torch.Tensor, t_k: int) -> torch.Tensor:
+    """True where key j lies beyond batch row b's visible keys (j >= visible_keys[b]), shape (B, t_k).
+
+    visible_keys (B,) gives each row the number of keys it has: row b behaves as if its sequence
+    stopped at visible_keys[b] (evaluation of every prefix in one forward, see evaluate.loss_generation).
+    """
+    return torch.arange(t_k, device=visible_keys.device) >= visible_keys[:, None]  # (B, t_k)
+
+
 def _fill_for(dtype: torch.dtype, mask_fill: float) -> float:
     """A finite fill such as -1e9 does not fit in float16 (max 65504): use the dtype's lowest value,
     which still gives a probability of exactly 0 after the float32 softmax."""
@@ -69,18 +78,26 @@ def _fill_for(dtype: torch.dtype, mask_fill: float) -> float:
     return mask_fill
 
 
-def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float = -math.inf, stages=None):
+def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float = -math.inf, stages=None,
+                       visible_keys=None, heads_first: bool = False):
     """The formula written out. q, k: (B, H, T, d_k); v: (B, H, T, d_v).
 
     When `stages` is a dict, it receives the named intermediates: `scores` (scaled and masked,
     before softmax; it retains its gradient, so d loss / d scores can be read after backward)
     and `pattern` (the probabilities).
+    visible_keys (B,), when given, leaves batch row b only keys j < visible_keys[b]: the others get
+    -inf whatever mask_fill is (they are absent, not masked the way the model masks), so their
+    attention weight is exactly 0. heads_first: q, k, v are (H, B, T, d), batch on dim 1.
     """
     scores = qk_scores(q, k)  # (B, H, T, T) = q @ k^T, its gradients written contiguous
     scores = scores * scale
     if causal:
         future = future_mask(q.size(-2), k.size(-2), q.device)  # (T, T)
         scores = scores.masked_fill(future, _fill_for(scores.dtype, mask_fill))
+    if visible_keys is not None:
+        absent = absent_keys(visible_keys, k.size(-2))  # (B, T)
+        absent = absent[None, :, None] if heads_first else absent[:, None, None]  # (1, B, 1, T) or (B, 1, 1, T)
+        scores = scores.masked_fill(absent, -math.inf)  # on top of the causal fill: absent keys always -inf
     if stages is not None and scores.requires_grad:
         scores.retain_grad()
     # float32 at least for a stable softmax; float64 inputs keep float64
@@ -105,15 +122,22 @@ def sdpa_context(backend: str = "auto"):
     return sdpa_kernel(SDPA_BACKENDS[backend])
 
 
-def fused_attention(q, k, v, *, scale: float, causal: bool, backend: str = "auto"):
+def fused_attention(q, k, v, *, scale: float, causal: bool, backend: str = "auto", visible_keys=None):
     """The same computation through PyTorch's fused kernels (flash / cuDNN / efficient / math).
 
     SDPA's is_causal aligns the mask to the top-left corner; when there are fewer queries than keys
     (the queries are the last positions) the explicit path's bottom-right mask is passed instead.
     `backend` forces one kernel (see SDPA_BACKENDS); a kernel that cannot take the shape raises.
+    visible_keys (B,): as in explicit_attention, keys j >= visible_keys[b] are absent for batch row b,
+    passed as a boolean attn_mask (flash takes none: a masked call needs another kernel).
     """
     t_q, t_k = q.size(-2), k.size(-2)
     with sdpa_context(backend):
+        if visible_keys is not None:
+            allowed = ~absent_keys(visible_keys, t_k)[:, None, None]  # (B, 1, 1, t_k), True where attention is allowed
+            if causal:  # is_causal cannot be combined with attn_mask: both masks in one
+                allowed = allowed & ~future_mask(t_q, t_k, q.device)  # (B, 1, t_q, t_k)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)  # (B, H, t_q, d_v)
         if causal and t_q != t_k:
             visible = ~future_mask(t_q, t_k, q.device)  # (t_q, t_k), True where attention is allowed
             return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)  # (B, H, t_q, d_v)

@@ -92,22 +92,26 @@ class Attention(nn.Module):
         widths = [self.q.out_features, self.k.out_features, self.v.out_features]
         return F.linear(x, weight).split(widths, dim=-1)
 
-    def forward(self, x, causal: bool | None = None):
+    def forward(self, x, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
+        """x (B, T, d_model) -> (B, T, d_model). visible_keys (B,): batch row b attends only to keys
+        j < visible_keys[b], the rest absent (see attention.absent_keys); None: every key, as trained."""
         B, T, _ = x.shape
         causal = self.causal if causal is None else causal
         if not self.use_fused and self.stages is None:
-            return self.forward_heads_first(x, causal)
+            return self.forward_heads_first(x, causal, visible_keys)
         q, k, v = self.project_qkv(x)
         q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         v = v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
         if self.stages is None:  # the fused path (the explicit one without stages went head-major above)
-            out = fused_attention(q, k, v, scale=self.scale, causal=causal,
-                                  backend=self.sdpa_backend)  # (B, H, T, d_v)
+            # flash takes no attn_mask: rows with visible_keys (evaluation only) let PyTorch pick a kernel that does
+            backend = "auto" if visible_keys is not None and self.sdpa_backend == "flash" else self.sdpa_backend
+            out = fused_attention(q, k, v, scale=self.scale, causal=causal, backend=backend,
+                                  visible_keys=visible_keys)  # (B, H, T, d_v)
         else:  # captured for a probe: the explicit path, every stage named
             self.stages["q"], self.stages["k"] = q, k
             out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
-                                        stages=self.stages)  # (B, H, T, d_v)
+                                        stages=self.stages, visible_keys=visible_keys)  # (B, H, T, d_v)
         out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
         return self.o(out)  # (B, T, d_model)
 
@@ -122,15 +126,15 @@ class Attention(nn.Module):
         weight = linear.weight.view(self.n_head, width, C)  # (H, width, d_model): head h's rows of W
         return head_projection(x.reshape(B * T, C), weight).view(self.n_head, B, T, width)  # (H, B, T, width)
 
-    def forward_heads_first(self, x, causal: bool):
+    def forward_heads_first(self, x, causal: bool, visible_keys: torch.Tensor | None = None):
         """The explicit path when nothing is captured (training, evaluation): the formula of `forward`'s
         explicit path (same parameters, same float32 softmax, same mask) computed head-major."""
         B, T, _ = x.shape
         q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
         k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
         v = self.heads_first(x, self.v, self.d_v)  # (H, B, T, d_v)
-        out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal,
-                                    mask_fill=self.mask_fill)  # (H, B, T, d_v)
+        out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
+                                    visible_keys=visible_keys, heads_first=True)  # (H, B, T, d_v)
         return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)
 
 
@@ -153,8 +157,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, causal=None):
-        x = x + self.drop(self.attn(self.ln_1(x), causal=causal))
+    def forward(self, x, causal=None, visible_keys=None):
+        x = x + self.drop(self.attn(self.ln_1(x), causal=causal, visible_keys=visible_keys))
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
@@ -205,18 +209,14 @@ class Andrea(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.pos_emb.weight.numel() if non_embedding else n
 
-    def forward(self, idx, targets=None, causal: bool | None = None):
+    def forward(self, idx, targets=None, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
         """idx: (B, T) token ids. Returns logits (B, T, V) and, given targets, the mean cross-entropy.
 
         With targets and `loss_impl` "chunked" the logits are never formed as a whole and None is
-        returned in their place. `causal` overrides the model's own mask setting for this call.
+        returned in their place. `causal` overrides the model's own mask setting for this call;
+        `visible_keys` (B,) limits row b's attention to its first visible_keys[b] tokens (see `hidden`).
         """
-        B, T = idx.shape
-        pos = torch.arange(T, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, d_model)
-        for block in self.blocks:
-            x = block(x, causal=causal)
-        x = self.ln_f(x)  # (B, T, d_model)
+        x = self.hidden(idx, causal=causal, visible_keys=visible_keys)  # (B, T, d_model)
         if targets is not None and self.cfg.loss_impl == "chunked":
             return None, self._chunked_loss(x, targets)
         logits = self.head(x)  # (B, T, V)
@@ -224,6 +224,20 @@ class Andrea(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def hidden(self, idx, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
+        """idx (B, T) -> the final LayerNorm's output (B, T, d_model), what the head turns into logits.
+
+        visible_keys (B,) int, values in 1..T, or None: every attention layer of row b sees only keys
+        j < visible_keys[b], the others absent (weight exactly 0). Positions below visible_keys[b] then
+        compute what a forward over idx[b, :visible_keys[b]] computes (the rest of the model is per token).
+        """
+        B, T = idx.shape
+        pos = torch.arange(T, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, d_model)
+        for block in self.blocks:
+            x = block(x, causal=causal, visible_keys=visible_keys)
+        return self.ln_f(x)  # (B, T, d_model)
 
     def _chunked_loss(self, x, targets):
         """The plain path's loss without its (B*T, V) logits; GEMMs in the dtype the head would use."""

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from andrea_exp.attention import (
+    absent_keys,
     attention,
     check_sdpa_backend,
     explicit_attention,
@@ -348,6 +349,65 @@ def test_a_finite_fill_reaches_the_explicit_path():
                                                             dtype=torch.float64))
     torch.testing.assert_close(with_1e9[0, 0], torch.tensor([[0, 0.5, 0.5], [0, 0, 1], [third] * 3],
                                                             dtype=torch.float64))
+
+def test_absent_keys_are_those_at_or_beyond_each_rows_limit():
+    got = absent_keys(torch.tensor([1, 3, 4]), 4)
+    assert torch.equal(got, torch.tensor([[0, 1, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0]], dtype=torch.bool))
+
+
+# B != H, so a limit read along the wrong dim fails; limits 1 (a single key), mid and full length
+VISIBLE = torch.tensor([3, 1, 7])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("mask_fill", [-math.inf, -1e9])
+def test_visible_keys_make_later_keys_absent_on_both_layouts(causal, mask_fill):
+    """Row b with visible_keys p: no attention mass on keys >= p, and its positions < p give what the
+    formula gives on keys (and, causal, queries) 0..p-1 alone: the later keys are absent, not masked."""
+    q, k, v = qkv(8, 5, scale="sqrt", B=3, H=2, T=7)
+    factor = scale_factor("sqrt", 8)
+    out, pattern = explicit_attention(q, k, v, scale=factor, causal=causal, mask_fill=mask_fill,
+                                      visible_keys=VISIBLE)  # (B, H, T, d_v), (B, H, T, T)
+    heads_first = lambda t: t.transpose(0, 1).contiguous()  # (B, H, ...) <-> (H, B, ...)
+    out_hf, pattern_hf = explicit_attention(heads_first(q), heads_first(k), heads_first(v), scale=factor,
+                                            causal=causal, mask_fill=mask_fill, visible_keys=VISIBLE,
+                                            heads_first=True)  # (H, B, T, d_v), (H, B, T, T)
+    torch.testing.assert_close(heads_first(out_hf), out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(heads_first(pattern_hf), pattern, rtol=1e-12, atol=1e-12)
+    for b, p in enumerate(VISIBLE.tolist()):
+        assert torch.all(pattern[b, :, :, p:] == 0), b  # exactly zero, not merely small
+        torch.testing.assert_close(pattern[b].sum(-1), torch.ones(2, 7, dtype=q.dtype))  # no empty rows
+        alone = naive_attention(q[b:b + 1, :, :p], k[b:b + 1, :, :p], v[b:b + 1, :, :p], factor, causal)
+        torch.testing.assert_close(out[b:b + 1, :, :p], alone, rtol=1e-10, atol=1e-12)
+
+
+def test_absent_keys_get_minus_inf_whatever_the_models_fill():
+    """All scores -1e10: a -1e9 fill would win every row it is in (see the test above), but absent keys
+    get -inf, so even then they carry no mass. Causal with fill -1e9, limit 2 of 4 keys:
+    row 0 sees key 0 and masks key 1 (-1e9 wins), row 1 ties keys 0 and 1, rows 2 and 3 likewise."""
+    q = torch.full((1, 1, 4, 1), -1e5, dtype=torch.float64)
+    k = torch.full((1, 1, 4, 1), 1e5, dtype=torch.float64)
+    v = torch.eye(4, dtype=torch.float64).view(1, 1, 4, 4)  # out row = the probability row
+    out, pattern = explicit_attention(q, k, v, scale=1.0, causal=True, mask_fill=-1e9, visible_keys=torch.tensor([2]))
+    assert torch.all(pattern[..., 2:] == 0)
+    expected = torch.tensor([[0, 1, 0, 0], [0.5, 0.5, 0, 0], [0.5, 0.5, 0, 0], [0.5, 0.5, 0, 0]], dtype=torch.float64)
+    torch.testing.assert_close(out[0, 0], expected)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_fused_visible_keys_agree_with_explicit(causal):
+    q, k, v = qkv(8, 5, scale="sqrt", B=3, H=2, T=7)
+    factor = scale_factor("sqrt", 8)
+    explicit, _ = explicit_attention(q, k, v, scale=factor, causal=causal, visible_keys=VISIBLE)
+    fused = fused_attention(q, k, v, scale=factor, causal=causal, visible_keys=VISIBLE)
+    torch.testing.assert_close(fused, explicit, rtol=1e-10, atol=1e-12)
+    # every key visible: the plain call (is_causal or no mask), up to the kernels' rounding
+    full = torch.full((3,), 7)
+    torch.testing.assert_close(fused_attention(q, k, v, scale=factor, causal=causal, visible_keys=full),
+                               fused_attention(q, k, v, scale=factor, causal=causal), rtol=1e-12, atol=1e-12)
+    assert torch.equal(explicit_attention(q, k, v, scale=factor, causal=causal, visible_keys=full)[0],
+                       explicit_attention(q, k, v, scale=factor, causal=causal)[0])
+
 
 # ---- GPU: which SDPA kernel runs at each head dim, and does it agree with the explicit path ----
 

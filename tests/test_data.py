@@ -304,6 +304,12 @@ class TableOracle(torch.nn.Module):
             self.log_table = torch.from_numpy(np.log(dense))  # (V^k, V), -inf where the table forbids
         self.V, self.k = V, k
         self.cfg = type("Cfg", (), {"causal": causal})()
+        self.head = torch.nn.Identity()  # `hidden` already gives the logits
+
+    def hidden(self, x: torch.Tensor, visible_keys: torch.Tensor | None = None):
+        """The model interface loss_generation uses. Position i reads tokens i-k+1..i only, so keys at or
+        beyond a row's visible_keys never reach the positions below it: nothing to mask."""
+        return self(x)[0]
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None):
         B, T = x.shape
@@ -325,7 +331,7 @@ def test_the_true_table_scores_exactly_the_floor(causal):
     metrics = evaluate(TableOracle(data.source, causal), data.eval.tokens, data.floor)
     assert metrics["eval/floor"] == data.floor
     assert metrics["eval/loss_as_trained"] == pytest.approx(data.floor, rel=1e-12, abs=1e-12)
-    # the per-prefix path rounds each position's logits to float32 before its cross-entropy
+    # the generation path rounds each position's logits to float32 before its cross-entropy
     assert metrics["eval/loss_generation"] == pytest.approx(data.floor, rel=1e-12 if causal else 1e-6)
     assert abs(metrics["eval/below_floor"]) < 1e-12
     wrong = evaluate(TableOracle(data.source, causal, smoothing=0.01), data.eval.tokens, data.floor)

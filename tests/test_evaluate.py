@@ -6,15 +6,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from andrea_exp.evaluate import evaluate, generate, loss_as_trained, loss_generation
+from andrea_exp.evaluate import (
+    GENERATION_MAX_TOKENS,
+    evaluate,
+    generate,
+    generation_max_tokens,
+    loss_as_trained,
+    loss_generation,
+    prefix_groups,
+)
 from andrea_exp.model import Andrea, ModelConfig
 
 
-def small_model(causal: bool) -> Andrea:
+def small_model(causal: bool, **overrides) -> Andrea:
     torch.manual_seed(0)
     # unscaled scores make attention sharp, so reading the future changes the loss visibly
     model = Andrea(ModelConfig(vocab_size=12, block_size=16, d_model=32, n_layer=2, n_head=2, d_k=8, d_v=8,
-                               causal=causal, scale="none"))
+                               causal=causal, scale="none", **overrides))
     return model.eval()
 
 
@@ -45,6 +53,61 @@ def test_non_causal_generation_loss_equals_the_prefix_loop_and_not_the_teacher_f
     generation = loss_generation(model, tokens, batch_size=2)  # uneven last batch on purpose
     assert generation == pytest.approx(prefix_loop_loss(model, tokens), abs=1e-5)
     assert abs(generation - loss_as_trained(model, tokens)) > 1e-3  # the full-context pass sees the future
+
+
+@torch.no_grad()
+def per_prefix_loss(model, tokens, batch_size: int) -> float:
+    """The algorithm loss_generation batches: one forward per prefix length over a batch of sequences."""
+    total, T = 0.0, tokens.size(1) - 1
+    for rows in tokens.split(batch_size):
+        for i in range(T):
+            logits, _ = model(rows[:, : i + 1])  # (b, i+1, V): the prefix 0..i, nothing after it
+            total += F.cross_entropy(logits[:, -1].float(), rows[:, i + 1], reduction="sum").item()
+    return total / (tokens.size(0) * T)
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "fused"])
+def test_batched_prefixes_equal_one_forward_per_prefix(attn_impl):
+    """Several runs of prefix lengths per batch (max_tokens 40), of uneven sizes that do not divide T 13,
+    over batches of 2 and 1 sequences: the same loss as T forwards per batch."""
+    model, tokens = small_model(causal=False, attn_impl=attn_impl), held_out(n=5, T=13)
+    groups = prefix_groups(13, 2, max_tokens=40)
+    assert len(groups) > 3 and any(13 % (hi - lo + 1) for lo, hi in groups[:-1])
+    reference = per_prefix_loss(model, tokens, batch_size=2)
+    assert loss_generation(model, tokens, batch_size=2, max_tokens=40) == pytest.approx(reference, abs=1e-5)
+    assert loss_generation(model, tokens, batch_size=2, max_tokens=1) == pytest.approx(reference, abs=1e-5)
+    assert loss_generation(model, tokens, max_tokens=10**6) == pytest.approx(reference, abs=1e-5)  # one forward
+    assert loss_generation(model, tokens) == pytest.approx(reference, abs=1e-5)  # the CPU's default: per prefix
+
+
+@pytest.mark.parametrize("T,rows,max_tokens", [(13, 2, 40), (13, 1, 40), (9, 5, 1), (128, 64, 65536), (128, 64, 10**9)])
+def test_prefix_groups_cover_every_length_once_within_the_budget(T, rows, max_tokens):
+    groups = prefix_groups(T, rows, max_tokens)
+    assert [p for lo, hi in groups for p in range(lo, hi + 1)] == list(range(1, T + 1))
+    for lo, hi in groups:
+        assert lo <= hi
+        assert rows * (hi - lo + 1) * hi <= max_tokens or lo == hi  # a single length may exceed it
+    if max_tokens == 65536:
+        assert len(groups) == 10  # the default at T 128, 64 sequences: 10 forwards instead of 128
+    if max_tokens == 10**9:
+        assert groups == [(1, T)]
+
+
+@pytest.mark.parametrize("attn_impl", ["explicit", "fused"])
+def test_batched_prefixes_under_bf16_autocast(attn_impl):
+    """As evaluate_into runs it on a GPU: bf16 scores take the -inf of absent keys, the head the float32
+    hidden states. Same GEMMs in bf16 as the per-prefix loop, other shapes: 3e-8 apart here, 1e-3 allowed."""
+    model, tokens = small_model(causal=False, attn_impl=attn_impl), held_out(n=3, T=11)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = per_prefix_loss(model, tokens, batch_size=3)
+        batched = loss_generation(model, tokens, max_tokens=60)
+    assert len(prefix_groups(11, 3, 60)) > 2
+    assert math.isfinite(batched) and batched == pytest.approx(reference, abs=1e-3)
+
+
+def test_prefixes_are_batched_on_accelerators_only():
+    assert generation_max_tokens(torch.device("cpu")) == 0 and prefix_groups(9, 4, 0) == [(p, p) for p in range(1, 10)]
+    assert generation_max_tokens(torch.device("cuda", 0)) == generation_max_tokens("meta") == GENERATION_MAX_TOKENS
 
 
 def test_as_trained_loss_does_not_depend_on_the_batch_split():

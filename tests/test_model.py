@@ -302,3 +302,83 @@ def test_head_major_projection_is_the_linear_layer_per_head(autocast):
         plain = attn.q(x).view(2, 5, attn.n_head, attn.d_k).permute(2, 0, 1, 3)  # (H, B, T, d_k)
     assert by_heads.dtype == plain.dtype == (torch.bfloat16 if autocast else torch.float32)
     torch.testing.assert_close(by_heads, plain, rtol=1e-2 if autocast else 1e-5, atol=1e-2 if autocast else 1e-6)
+
+
+
+# B != n_head, so a limit read along the wrong dim fails; limits 1 (a single key), mid and full length
+VISIBLE = torch.tensor([5, 1, 12])
+# the model's three attention paths: (attn_impl, capture)
+PATHS = {"fused": ("fused", False), "head_major": ("explicit", False), "captured": ("explicit", True)}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("causal", [True, False])
+def test_visible_keys_hide_later_tokens(path, causal):
+    """Row b with visible_keys p: tokens at positions >= p change nothing at positions < p, and those
+    positions give what a forward over the first p tokens alone gives."""
+    attn_impl, capture = PATHS[path]
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(causal=causal, attn_impl=attn_impl)).eval()
+    gen = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, 32, (3, 12), generator=gen)
+    later = torch.randint(0, 32, (3, 12), generator=gen)
+    other = torch.where(torch.arange(12) >= VISIBLE[:, None], later, idx)  # each row's later tokens redrawn
+    assert not torch.equal(other, idx)
+    model.set_capture(capture)
+    with torch.no_grad():
+        a, _ = model(idx, visible_keys=VISIBLE)
+        b_, _ = model(other, visible_keys=VISIBLE)
+        for b, p in enumerate(VISIBLE.tolist()):
+            assert torch.equal(a[b, :p], b_[b, :p]), (b, p)  # absent keys weigh exactly 0
+            prefix, _ = model(idx[b:b + 1, :p])  # (1, p, V): the forward over the prefix alone
+            torch.testing.assert_close(a[b:b + 1, :p], prefix, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("causal", [True, False])
+def test_visible_keys_at_full_length_is_the_plain_forward(path, causal):
+    attn_impl, capture = PATHS[path]
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(causal=causal, attn_impl=attn_impl)).eval()
+    model.set_capture(capture)
+    idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain, _ = model(idx)
+        full, _ = model(idx, visible_keys=torch.full((3,), 12))
+    assert torch.equal(full, plain)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_captured_pattern_puts_no_mass_on_absent_keys_with_a_finite_fill(causal):
+    """mask_fill -1e9 is how the model masks the future; absent keys are -inf regardless: zero mass in
+    every layer, and the same logits as with the -inf fill (a -1e9 fill also leaves 0 after softmax here)."""
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(causal=causal, attn_impl="explicit", mask_fill=-1e9)).eval()
+    captured = model.set_capture(True)
+    idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        model(idx, visible_keys=VISIBLE)
+    for layer, stages in enumerate(captured):
+        assert stages["pattern"].shape == (3, 4, 12, 12)
+        for b, p in enumerate(VISIBLE.tolist()):
+            assert torch.all(stages["pattern"][b, :, :, p:] == 0), (layer, b, p)
+            assert torch.all(stages["scores"][b, :, :, p:] == -math.inf), (layer, b, p)
+            if causal:  # the future inside the limit keeps the model's own fill
+                future = torch.ones(p, p, dtype=torch.bool).triu(1)
+                assert torch.all(stages["scores"][b, :, :p, :p][:, future] == -1e9), (layer, b, p)
+
+
+def test_forced_flash_backend_lets_masked_rows_pick_another_kernel(monkeypatch):
+    """Flash takes no attn_mask: calls with visible_keys go to PyTorch's choice, training keeps flash."""
+    import andrea_exp.model as module
+
+    backends = []
+    real = module.fused_attention
+    monkeypatch.setattr(module, "fused_attention", lambda *a, **kw: backends.append(kw["backend"]) or real(
+        *a, **{**kw, "backend": "auto"}))
+    model = Andrea(small_cfg(causal=False, attn_impl="fused", sdpa_backend="flash", n_layer=1)).eval()
+    idx = torch.randint(0, 32, (3, 12))
+    with torch.no_grad():
+        model(idx)
+        model(idx, visible_keys=VISIBLE)
+    assert backends == ["flash", "auto"]
