@@ -74,15 +74,29 @@ class MpsDaemon:
             return
         self.running = False
         try:
-            subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env}, timeout=30,
-                           capture_output=True)
-        except (OSError, subprocess.SubprocessError) as err:
-            self.log(f"[andrea-exp] MPS: could not ask the daemon to quit ({err}); pipe dir {self.dir}")
+            subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env},
+                           timeout=timeout_s, capture_output=True)
+        except (OSError, subprocess.SubprocessError):
+            # a client still holds the GPU: ask again in the background, where the quit completes once the
+            # last client has exited, rather than keep the command waiting
+            subprocess.Popen(["sh", "-c", f'echo quit | "{self.control}"; rm -rf "{self.dir}"'],
+                             env={**os.environ, **self.env}, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.log(f"[andrea-exp] MPS: the daemon quits once its last client exits (pipe dir {self.dir})")
             return
         deadline = time.monotonic() + timeout_s  # the daemon removes its control socket as it exits
         while (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def stop_idle_workers() -> None:
+    """End joblib's reusable worker processes (the local_gpus launcher leaves them idle for reuse): each holds
+    its CUDA context, so an MPS daemon asked to quit would wait for them."""
+    executor_module = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(executor_module, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=False)
 
 
 class MpsCallback(Callback):
@@ -131,6 +145,7 @@ class MpsCallback(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         if self.daemon is None:
             return
+        stop_idle_workers()  # the daemon quits only once its clients have: the launcher's idle workers are
         self.daemon.stop()
         self.daemon = None
         for key, value in self.saved_env.items():

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,33 @@ def test_mps_false_starts_nothing(monkeypatch):
     callback = mps.MpsCallback()
     callback.on_multirun_start(config)
     assert callback.daemon is None
+
+
+def test_a_daemon_that_waits_for_clients_is_asked_again_in_the_background(tmp_path: Path, monkeypatch):
+    control = tmp_path / mps.CONTROL
+    marker = tmp_path / "quit_done"
+    control.write_text('#!/bin/sh\nif [ "$1" = "-d" ]; then exit 0; fi\nread line; sleep 2; '
+                       f'touch "{marker}"\n')
+    control.chmod(control.stat().st_mode | stat.S_IEXEC)
+    lines = []
+    daemon = mps.MpsDaemon(str(control), log=lines.append)
+    started = time.monotonic()
+    daemon.stop(timeout_s=0.3)
+    assert time.monotonic() - started < 1.5  # the command does not wait for the clients
+    assert len(lines) == 1 and "quits once its last client exits" in lines[0]
+    deadline = time.monotonic() + 20
+    while not (marker.exists() and not daemon.dir.exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists() and not daemon.dir.exists()  # asked again, then its directory removed
+
+
+def test_idle_launcher_workers_are_ended():
+    joblib = pytest.importorskip("joblib")
+    from joblib.externals.loky import reusable_executor
+
+    joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(os.getpid)() for _ in range(2))
+    executor = reusable_executor._executor
+    workers = list(executor._processes.values())
+    assert workers and all(w.is_alive() for w in workers)
+    mps.stop_idle_workers()
+    assert not any(w.is_alive() for w in workers)
