@@ -251,7 +251,8 @@ def build_step(cfg, rt: Runtime, train_model, params, optimizer, scheduler, grad
     """`step(x, y) -> (loss, grad norm, lr)`: a replayed CUDA graph (train.cuda_graph) or the eager train_step.
     Built after any checkpoint restore: a resumed run starts with the graph's eager warm-up steps again."""
     setting = cfg.train.get("cuda_graph", "auto")
-    if use_cuda_graph(setting, device_type=rt.device.type, world_size=rt.world_size, dropout=float(cfg.model.dropout)):
+    if use_cuda_graph(setting, device_type=rt.device.type, world_size=rt.world_size, dropout=float(cfg.model.dropout),
+                      compile=bool(cfg.train.compile)):
         return GraphedStep(train_model, params, optimizer, scheduler, amp_dtype=rt.amp_dtype, grad_clip=grad_clip,
                            fallback=setting == "auto", log=lambda line: print(line, flush=True))
     return functools.partial(train_step, train_model, params, optimizer, scheduler, rt=rt, grad_clip=grad_clip)

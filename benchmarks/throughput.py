@@ -91,7 +91,8 @@ def andrea_overrides(args) -> list[str]:
     if args.smoke:
         return ["model=andrea_tiny", *common, "train.device=cpu", "train.compile=false", "probe.every=3",
                 "data.eval_sequences=8"]
-    return ["model=andrea_120m", *common, "train.device=cuda", "train.compile=true"]
+    # the compiled model captured with clipping and AdamW as one graph (auto leaves a compiled model eager)
+    return ["model=andrea_120m", *common, "train.device=cuda", "train.compile=true", "train.cuda_graph=true"]
 
 
 def sync(device: torch.device) -> None:

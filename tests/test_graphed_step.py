@@ -39,6 +39,11 @@ def test_auto_is_on_only_when_nothing_stands_against_it():
     assert use_cuda_graph(True, **ON)
 
 
+def test_a_compiled_model_is_captured_only_when_asked():
+    assert not use_cuda_graph("auto", **ON, compile=True)
+    assert use_cuda_graph(True, **ON, compile=True)
+
+
 @pytest.mark.parametrize("changed, named", [({"device_type": "cpu"}, "the device is cpu"),
                                             ({"world_size": 4}, "4 processes"),
                                             ({"dropout": 0.1}, "model.dropout is 0.1")])
@@ -160,7 +165,7 @@ def test_twenty_graphed_steps_equal_eager_steps(precision, deterministic):
 def test_graphed_compiled_steps_equal_eager_compiled_steps():
     """train.compile with the graph: the compiled model is captured after its eager warm-up compiled it.
     Compiled kernels are not bitwise reproducible between runs, so the bound is looser than TOL."""
-    cfg = config("train.compile=true", "train.precision=bf16")
+    cfg = config("train.compile=true", "train.precision=bf16", "train.cuda_graph=true")
     eager, graphed = Run(cfg, False).steps(0, 12), Run(cfg, True).steps(0, 12)
     assert isinstance(Run(cfg, True).train_model, torch._dynamo.eval_frame.OptimizedModule)
     for i, ((la, ga, ra), (lb, gb, rb)) in enumerate(zip(eager, graphed)):
