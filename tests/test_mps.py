@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -132,3 +133,20 @@ def test_idle_launcher_workers_are_ended():
     assert workers and all(w.is_alive() for w in workers)
     mps.stop_idle_workers()
     assert not any(w.is_alive() for w in workers)
+
+
+@pytest.mark.slow
+def test_grid_wall_times_a_real_local_sweep_per_mps_setting(tmp_path: Path):
+    """benchmarks/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, mps auto and false
+    (no GPU here, so auto starts nothing); the time-stamped phases are in order and every cell finished."""
+    from benchmarks.grid_wall import main
+
+    out = tmp_path / "grid_wall.json"
+    data = main(["--smoke", "--out", str(out)])
+    assert json.loads(out.read_text()) == data
+    assert [run["mps"] for run in data["runs"]] == ["auto", "false"]
+    for run in data["runs"]:
+        assert run["rc"] == 0 and run["failed_lines"] == [] and run["mps_lines"] == []
+        assert 0 < run["first_model_built_s"] < run["last_training_ended_s"] < run["wall_s"]
+        assert len(run["cells"]) == 2 and all(c["status"] == "finished" and c["wall_s"] > 0
+                                              for c in run["cells"].values())
