@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from andrea_exp import schema
 from andrea_exp.data import check_data
 from andrea_exp.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
+from andrea_exp.model import BILINEAR_NEEDS_NO_QK_LAYERNORM
 
 _ABSENT = object()
 _WARMUP_DEFAULT_FILE = "train/default.yaml"
@@ -64,6 +65,8 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
     if cfg.data.seq_len > cfg.model.block_size:
         raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) must be <= model.block_size ({cfg.model.block_size})")
     _check_warmup(cfg.train)
+    if cfg.model.attn_impl == "bilinear" and cfg.model.qk_layernorm:
+        raise ConfigError(BILINEAR_NEEDS_NO_QK_LAYERNORM)
     if source == "markov" and cfg.data.vocab_size ** cfg.data.order > 2_000_000:
         raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
                           f"got {cfg.data.vocab_size}**{cfg.data.order}")

@@ -25,8 +25,10 @@ from andrea_exp.chunked_loss import linear_cross_entropy
 from andrea_exp.head_gemms import head_projection
 
 QK_INITS = ("unit", "gpt2", "torch")
-ATTN_IMPLS = ("auto", "explicit", "fused")
+ATTN_IMPLS = ("auto", "explicit", "fused", "bilinear")
 LOSS_IMPLS = ("chunked", "plain")
+BILINEAR_NEEDS_NO_QK_LAYERNORM = ("model.attn_impl=bilinear needs model.qk_layernorm=false (the LayerNorm acts on q "
+                                  "and k, which the bilinear form never forms); use auto, explicit or fused")
 
 
 @dataclass
@@ -53,10 +55,31 @@ class ModelConfig:
     tie_embeddings: bool = True
 
 
+def choose_attn_impl(cfg: ModelConfig, mask_fill: float) -> str:
+    """`model.attn_impl` resolved: auto takes the fused kernels up to head dim 256 (and the -inf fill),
+    the bilinear form when d_k exceeds d_model (and no QK-LayerNorm needs q and k themselves), the
+    explicit path otherwise."""
+    if cfg.attn_impl not in ATTN_IMPLS:
+        raise ValueError(f"model.attn_impl must be one of {', '.join(ATTN_IMPLS)}; got {cfg.attn_impl!r}")
+    if cfg.attn_impl == "bilinear" and cfg.qk_layernorm:
+        raise ValueError(BILINEAR_NEEDS_NO_QK_LAYERNORM)
+    if cfg.attn_impl != "auto":
+        return cfg.attn_impl
+    if prefer_fused(cfg.d_k, cfg.d_v, mask_fill):
+        return "fused"
+    return "bilinear" if cfg.d_k > cfg.d_model and not cfg.qk_layernorm else "explicit"
+
+
 class Attention(nn.Module):
     """Multi-head self-attention. `self.stages`, when set to a dict, forces the explicit path and
-    receives each layer's scores and pattern (see attention.explicit_attention), batch-first
-    (B, H, T, .). Without stages the explicit path runs head-major (`forward_heads_first`)."""
+    receives each layer's q, k, scores and pattern (see attention.explicit_attention), batch-first
+    (B, H, T, .). Without stages the explicit path runs head-major (`forward_heads_first`), with
+    q k^T either formed from q and k (explicit) or as the bilinear form x_i (W_q,h^T W_k,h) x_j.
+
+    Why the bilinear form: q_i . k_j = x_i W_q,h^T W_k,h x_j^T, whatever d_k. Through the (d_model,
+    d_model) matrix W_q,h^T W_k,h a token costs O(d_model^2) instead of O(d_k d_model), and q, k
+    (B*T*H*d_k elements each) are never written: at d_k 4096 and d_model 256 that is most of a step.
+    The function and its gradients are the same; only the rounding differs."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -70,10 +93,8 @@ class Attention(nn.Module):
         self.scale = scale_factor(cfg.scale, cfg.d_k)
         self.causal = bool(cfg.causal)
         self.mask_fill = normalize_mask_fill(cfg.mask_fill)
-        fused_ok = prefer_fused(cfg.d_k, cfg.d_v, self.mask_fill)
-        if cfg.attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"model.attn_impl must be one of {', '.join(ATTN_IMPLS)}; got {cfg.attn_impl!r}")
-        self.use_fused = cfg.attn_impl == "fused" or (cfg.attn_impl == "auto" and fused_ok)
+        self.impl = choose_attn_impl(cfg, self.mask_fill)  # fused | explicit | bilinear
+        self.use_fused = self.impl == "fused"
         self.sdpa_backend = check_sdpa_backend(cfg.sdpa_backend)
         if cfg.fused_qkv not in (True, False):
             raise ValueError(f"model.fused_qkv must be one of true, false; got {cfg.fused_qkv!r}")
@@ -130,12 +151,27 @@ class Attention(nn.Module):
         """The explicit path when nothing is captured (training, evaluation): the formula of `forward`'s
         explicit path (same parameters, same float32 softmax, same mask) computed head-major."""
         B, T, _ = x.shape
-        q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
-        k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
+        if self.impl == "bilinear":
+            q, k = self.bilinear_operands(x)  # (H, B, T, d_model) each
+        else:
+            q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
+            k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
         v = self.heads_first(x, self.v, self.d_v)  # (H, B, T, d_v)
         out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
                                     visible_keys=visible_keys, heads_first=True)  # (H, B, T, d_v)
         return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)
+
+
+    def bilinear_operands(self, x):
+        """x (B, T, C) -> (x W_q,h^T W_k,h, x) per head, both (H, B, T, C): their product over C is q k^T.
+        The scale stays 1/sqrt(d_k) (self.scale), as for q and k."""
+        B, T, C = x.shape
+        w_q = self.q.weight.view(self.n_head, self.d_k, C)  # (H, d_k, C)
+        w_k = self.k.weight.view(self.n_head, self.d_k, C)  # (H, d_k, C)
+        form_t = torch.bmm(w_k.transpose(1, 2), w_q)  # (H, C, C) = (W_q,h^T W_k,h)^T, head_projection's layout
+        left = head_projection(x.reshape(B * T, C), form_t).view(self.n_head, B, T, C)  # (H, B, T, C)
+        right = x.to(left.dtype).unsqueeze(0).expand(self.n_head, B, T, C)  # (H, B, T, C), no copy
+        return left, right
 
 
 class MLP(nn.Module):

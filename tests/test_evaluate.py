@@ -66,7 +66,7 @@ def per_prefix_loss(model, tokens, batch_size: int) -> float:
     return total / (tokens.size(0) * T)
 
 
-@pytest.mark.parametrize("attn_impl", ["explicit", "fused"])
+@pytest.mark.parametrize("attn_impl", ["explicit", "fused", "bilinear"])
 def test_batched_prefixes_equal_one_forward_per_prefix(attn_impl):
     """Several runs of prefix lengths per batch (max_tokens 40), of uneven sizes that do not divide T 13,
     over batches of 2 and 1 sequences: the same loss as T forwards per batch."""

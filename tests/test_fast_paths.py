@@ -73,7 +73,8 @@ PLAIN = dict(loss_impl="plain", fused_qkv=False, sdpa_backend="auto")
 FAST_PATHS = [dict(loss_impl="chunked", loss_chunk_rows=7), dict(fused_qkv=True),
               dict(sdpa_backend="math", attn_impl="fused"),
               dict(loss_impl="chunked", loss_chunk_rows=16, fused_qkv=True, sdpa_backend="math"),
-              dict(attn_impl="explicit")]  # the head-major explicit path (head_gemms) against SDPA
+              dict(attn_impl="explicit"),  # the head-major explicit path (head_gemms) against SDPA
+              dict(attn_impl="bilinear")]  # q k^T as x (W_q^T W_k) x^T per head
 
 
 def twin(fast: dict, **extra) -> tuple[Andrea, Andrea]:
@@ -156,7 +157,7 @@ def test_chunked_model_returns_no_logits_with_targets_and_logits_without():
     ("loss_impl", "fast", "chunked, plain"),
     ("sdpa_backend", "flash2", "auto, flash, cudnn, efficient, math"),
     ("fused_qkv", "yes", "true, false"),
-    ("attn_impl", "sdpa", "auto, explicit, fused"),
+    ("attn_impl", "sdpa", "auto, explicit, fused, bilinear"),
 ])
 def test_bad_settings_name_the_setting(key, value, allowed):
     with pytest.raises(ValueError, match=rf"model\.{key} must be one of {allowed}; got '{value}'"):

@@ -307,8 +307,9 @@ def test_head_major_projection_is_the_linear_layer_per_head(autocast):
 
 # B != n_head, so a limit read along the wrong dim fails; limits 1 (a single key), mid and full length
 VISIBLE = torch.tensor([5, 1, 12])
-# the model's three attention paths: (attn_impl, capture)
-PATHS = {"fused": ("fused", False), "head_major": ("explicit", False), "captured": ("explicit", True)}
+# the model's attention paths: (attn_impl, capture)
+PATHS = {"fused": ("fused", False), "head_major": ("explicit", False), "bilinear": ("bilinear", False),
+         "captured": ("explicit", True)}
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -382,3 +383,33 @@ def test_forced_flash_backend_lets_masked_rows_pick_another_kernel(monkeypatch):
         model(idx)
         model(idx, visible_keys=VISIBLE)
     assert backends == ["flash", "auto"]
+
+
+@pytest.mark.parametrize("d_k,qk_layernorm,mask_fill,expected", [
+    (16, False, "-inf", "fused"), (16, False, -1e9, "explicit"), (300, False, "-inf", "bilinear"),
+    (300, True, "-inf", "explicit"), (64, False, -1e9, "explicit"), (65, False, -1e9, "bilinear")])
+def test_auto_attention_path(d_k, qk_layernorm, mask_fill, expected):
+    """auto: fused up to head dim 256 with the -inf fill; beyond, bilinear once d_k > d_model (64 here)."""
+    model = Andrea(small_cfg(d_k=d_k, qk_layernorm=qk_layernorm, mask_fill=mask_fill, n_layer=1))
+    assert model.blocks[0].attn.impl == expected
+
+
+@pytest.mark.parametrize("scale", ["sqrt", "none"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_bilinear_form_is_the_same_function_and_gradient(scale, causal):
+    """x_i (W_q^T W_k) x_j = q_i . k_j: in float64 the loss and every gradient agree with the explicit path to
+    rounding, here at d_k 96 > d_model 64 with unit-variance q, k (unscaled scores of std ~10)."""
+    torch.manual_seed(0)
+    cfg = dict(d_k=96, d_v=8, qk_init="unit", scale=scale, causal=causal)
+    explicit = Andrea(small_cfg(attn_impl="explicit", **cfg)).double()
+    bilinear = Andrea(small_cfg(attn_impl="bilinear", **cfg)).double()
+    bilinear.load_state_dict(explicit.state_dict())
+    idx = torch.randint(0, 32, (3, 21), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for model in (explicit, bilinear):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-12)
+    for (name, a), b in zip(explicit.named_parameters(), bilinear.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-9, atol=1e-12, msg=lambda m, n=name: f"{n}: {m}")
