@@ -77,6 +77,8 @@ SYSTEM_CUDA = "system/cuda"
 RUN_GIT_COMMIT = "run/git_commit"
 RUN_GIT_DIRTY = "run/git_dirty"
 RUN_CODE_SHA = "run/code_sha"
+# where the run's wall time went (andrea_exp/phases.py), seconds each
+RUN_TIME = {phase: f"run/time/{phase}_s" for phase in ("setup", "steps", "probes", "evals", "maps", "checkpoints", "end")}
 
 RUN_STATUSES = ("finished", "diverged", "failed", "interrupted")
 
@@ -136,6 +138,13 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(RUN_GIT_DIRTY, "whether that checkout had uncommitted changes"),
     _m(RUN_CODE_SHA, "SHA-256 (12 hex digits) of the package's .py files and the Hydra configs as they ran: "
                      "names the code even where git metadata is missing or stale"),
+    _m(RUN_TIME["setup"], "seconds from the start of training's set-up (data, model, optimiser) to the first step"),
+    _m(RUN_TIME["steps"], "seconds of the step loop spent on training steps (the loop less the phases below)"),
+    _m(RUN_TIME["probes"], "seconds the loop spent in probes"),
+    _m(RUN_TIME["evals"], "seconds the loop spent in held-out evaluations"),
+    _m(RUN_TIME["maps"], "seconds the loop spent drawing attention maps"),
+    _m(RUN_TIME["checkpoints"], "seconds the loop spent writing checkpoints"),
+    _m(RUN_TIME["end"], "seconds after the loop: the final probe, evaluation, checkpoint and sample"),
     _m(EVAL_SAMPLE, "tokens generated from a held-out prompt at the end"),
     _m(EVAL_SAMPLE_TEXT, "that sample decoded as text (data=text only)"),
     _m(BEST_EVAL_LOSS, "lowest eval/loss_as_trained seen"),

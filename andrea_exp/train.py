@@ -35,6 +35,7 @@ from andrea_exp.graphed_step import GraphedStep, grad_norm, step_body, use_cuda_
 from andrea_exp.interrupts import Interrupted, StopRequest
 from andrea_exp.logwindow import LogWindow
 from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.phases import PhaseClock
 from andrea_exp.progress import Progress
 from andrea_exp.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.runfacts import run_facts
@@ -288,14 +289,15 @@ def flush_window(window: LogWindow, tracker: Tracker, st: LoopState, progress: P
         progress.note(st.step, rows[-1][1][K.TRAIN_LOSS])
 
 
-def measure_probe(probe, tracker: Tracker, st: LoopState, s: Settings, window: LogWindow) -> None:
+def measure_probe(probe, tracker: Tracker, st: LoopState, s: Settings, window: LogWindow, clock: PhaseClock) -> None:
     """The probe's metrics and attention maps when due at st.step."""
     if probe is None:
         return
     if probe_due(st.step, s.probe):
-        log(tracker, st, probe.measure(st.step), st.step)
+        with clock.phase("probes"):
+            log(tracker, st, probe.measure(st.step), st.step)
     if s.maps_every and st.step % s.maps_every == 0:
-        with window.aside():  # drawing PNGs and handing them to W&B is not training
+        with window.aside(), clock.phase("maps"):  # drawing PNGs and handing them to W&B is not training
             tracker.log_images(probe.draw_maps(st.step), st.step)
 
 
@@ -315,6 +317,7 @@ def train(cfg, run_dir: Path) -> dict:
     """Train one run described by cfg into run_dir; return its summary. Raises Interrupted after SIGINT /
     SIGTERM (checkpoint and summary written), AlreadyFinished for a finished run, errors on real errors."""
     rt, s = setup_runtime(cfg), Settings.of(cfg)
+    clock = PhaseClock(rt.device)
     torch.manual_seed(s.seed)
     data = build_dataset(cfg.data, cfg.data.seq_len, s.seed).to(rt.device)
     held_out = data.eval.tokens
@@ -346,11 +349,12 @@ def train(cfg, run_dir: Path) -> dict:
         checkpoint.set_rng_state(resumed["rng"])  # last, after every set-up step that might draw numbers
 
     status, error, started = "finished", None, time.perf_counter()
+    clock.loop_start()
     try:
         try:
             with StopRequest() as stop:
                 while st.step < s.max_steps:
-                    measure_probe(probe, tracker, st, s, window)
+                    measure_probe(probe, tracker, st, s, window, clock)
                     x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
                     window.add(st.step, *step(x, y))
                     st.step += 1
@@ -363,10 +367,10 @@ def train(cfg, run_dir: Path) -> dict:
                     if at_sync or stopping:
                         flush_window(window, tracker, st, progress)
                     if eval_due and rt.is_main:
-                        with window.aside():
+                        with window.aside(), clock.phase("evals"):
                             evaluate_into(tracker, st, model, data, rt)
                     if (ckpt_due or stopping) and rt.is_main:
-                        with window.aside():
+                        with window.aside(), clock.phase("checkpoints"):
                             save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
                     if stopping:
                         status = "interrupted"
@@ -377,14 +381,17 @@ def train(cfg, run_dir: Path) -> dict:
                 print(f"[andrea-exp] diverged: {why}", flush=True)
         finally:
             progress.close()
+            clock.loop_end()
         summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: time.perf_counter() - started,
                    **run_facts(rt, model, data.vocab_size), **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
-            if probe is not None:
-                log(tracker, st, probe.measure(st.step), st.step)
-            evaluate_into(tracker, st, model, data, rt)
-            save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
-            summary.update(sample_record(cfg, model, data, rt))
+            with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
+                if probe is not None:
+                    log(tracker, st, probe.measure(st.step), st.step)
+                evaluate_into(tracker, st, model, data, rt)
+                save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
+                summary.update(sample_record(cfg, model, data, rt))
+        summary.update(clock.summary())
     except Exception as err:
         tracker.finish({K.RUN_STATUS: "failed", K.RUN_ERROR: f"{type(err).__name__}: {err}", K.RUN_STEPS: st.step,
                         K.TRAIN_WORLD_SIZE: rt.world_size, **st.last}, failed=True)

@@ -33,6 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--set", nargs="*", default=[], metavar="OVERRIDE", help="extra overrides for every run")
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds before a run is stopped")
     parser.add_argument("--smoke", action="store_true", help="tiny cells on the CPU (for tests)")
+    parser.add_argument("--keep-log", action="store_true", help="keep every time-stamped line in the JSON")
     parser.add_argument("--out", type=Path, required=True)
     return parser.parse_args(argv)
 
@@ -85,7 +86,8 @@ def one_run(sweep_dir: Path, mps: str, args) -> dict:
             "first_model_built_s": first(lines, "[andrea-exp] model "),
             "last_training_ended_s": last(lines, "[andrea-exp] finished after"),
             "mps_lines": [text for _, text in lines if "MPS" in text], "cells": cells,
-            "failed_lines": [text for _, text in lines if text.startswith("error") or "Traceback" in text][:5]}
+            "failed_lines": [text for _, text in lines if text.startswith("error") or "Traceback" in text][:5],
+            **({"log": [f"{t:7.2f} {text}" for t, text in lines]} if args.keep_log else {})}
 
 
 def main(argv=None) -> dict:

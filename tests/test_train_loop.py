@@ -233,3 +233,15 @@ def test_code_sha_names_the_source_whatever_git_says(tmp_path):
     assert code_sha(*second) != sha  # a config is part of the code that ran
     (first[0] / "report" / "rules.py").rename(first[0] / "report" / "other.py")
     assert code_sha(*first) != sha  # so is where a file lies
+
+
+def test_the_summary_says_where_the_loop_time_went(tmp_path):
+    """Probes at steps 0 and 2, evaluations at 2, a checkpoint every 2: each phase took time, and the steps plus
+    the phases inside the loop make up the loop's wall time."""
+    summary = train(config("probe.every=2", "probe.maps_every=0", "train.eval_every=2", "train.ckpt_every=2"),
+                    tmp_path)
+    t = {phase: summary[key] for phase, key in K.RUN_TIME.items()}
+    assert all(t[p] > 0 for p in ("setup", "steps", "probes", "evals", "checkpoints", "end")), t
+    assert t["maps"] == 0
+    inside = t["steps"] + t["probes"] + t["evals"] + t["maps"] + t["checkpoints"]
+    assert inside == pytest.approx(summary[K.RUN_WALL_S], rel=0.02)
