@@ -78,7 +78,8 @@ RUN_GIT_COMMIT = "run/git_commit"
 RUN_GIT_DIRTY = "run/git_dirty"
 RUN_CODE_SHA = "run/code_sha"
 # where the run's wall time went (andrea_exp/phases.py), seconds each
-RUN_TIME = {phase: f"run/time/{phase}_s" for phase in ("setup", "steps", "probes", "evals", "maps", "checkpoints", "end")}
+RUN_TIME = {phase: f"run/time/{phase}_s"
+            for phase in ("setup", "steps", "probes", "evals", "maps", "checkpoints", "end")}
 
 RUN_STATUSES = ("finished", "diverged", "failed", "interrupted")
 

@@ -49,6 +49,5 @@ def test_a_phase_that_raises_still_counts_and_unknown_phases_are_refused():
         hand.now = 1.5
         raise RuntimeError("disk full")
     assert clock.seconds["checkpoints"] == 1.5
-    with pytest.raises(ValueError, match="unknown phase 'eval'; one of probes, evals"):
-        with clock.phase("eval"):
-            pass
+    with pytest.raises(ValueError, match="unknown phase 'eval'; one of probes, evals"), clock.phase("eval"):
+        pass
