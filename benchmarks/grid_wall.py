@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from andrea_exp.metric_keys import RUN_TIME
 from benchmarks.common import git_commit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +82,8 @@ def one_run(sweep_dir: Path, mps: str, args) -> dict:
     cells = {}
     for summary in sorted(sweep_dir.glob("*/summary.json"), key=lambda p: int(p.parent.name)):
         s = json.loads(summary.read_text())
-        cells[summary.parent.name] = {"status": s.get("run/status"), "wall_s": s.get("run/wall_s")}
+        cells[summary.parent.name] = {"status": s.get("run/status"), "wall_s": s.get("run/wall_s"),
+                                      **{key: s.get(key) for key in RUN_TIME.values()}}
     return {"mps": mps, "rc": code, "wall_s": round(wall, 2),
             "first_model_built_s": first(lines, "[andrea-exp] model "),
             "last_training_ended_s": last(lines, "[andrea-exp] finished after"),
