@@ -69,7 +69,7 @@ class MpsDaemon:
                        capture_output=True)
         self.running = True
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self, timeout_s: float = 2.0) -> None:
         if not self.running:
             return
         self.running = False

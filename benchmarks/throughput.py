@@ -232,14 +232,16 @@ def sdpa_sweep(cfg, batch_size: int, device: torch.device, dtype) -> dict:
     return out
 
 
-def kernel_profile(run, steps: int, device: torch.device, top: int = 30) -> dict:
-    """Time per step of each kernel (CUDA; on the CPU each op's own time) over `steps` steps, largest first."""
+def kernel_profile(run, steps: int, device: torch.device, top: int = 30, work=None) -> dict:
+    """Time per step of each kernel (CUDA; on the CPU each op's own time) over `steps` steps, largest first.
+    work: what one "step" is (default: a training step without a probe), e.g. one probe."""
+    work = work or (lambda: run.step(with_probe=False))
     cuda = device.type == "cuda"
     activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
     sync(device)
     with torch.profiler.profile(activities=[activity]) as prof:
         for _ in range(steps):
-            run.step(with_probe=False)
+            work()
         sync(device)
     rows = []
     for e in prof.key_averages():  # self time: a kernel's time counted once, not again in the op that launched it
@@ -326,6 +328,14 @@ def main(argv=None) -> dict:
     if andrea.probe is not None:
         andrea_probe_peak = peak_gb(lambda: andrea.probe.measure(andrea.step_no), andrea)
     compile_andrea_s = time.perf_counter() - t0
+    if andrea.probe is not None:  # what one probe costs: a window of probe.every steps pays it once
+        sync(device)
+        t_probe = time.perf_counter()
+        for _ in range(3):
+            andrea.probe.measure(andrea.step_no)
+        sync(device)
+        result.update(probe_ms=(time.perf_counter() - t_probe) / 3 * 1e3)
+        say(f"one probe: {result.data['probe_ms']:.1f} ms")
     peaks = [p for p in (andrea_train_peak, andrea_probe_peak) if p is not None]
     result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s}, andrea_step_graphed=andrea.graphed,
                   reference_peak_mem_gb=reference_peak, peak_mem_gb=max(peaks) if peaks else None,
@@ -343,6 +353,9 @@ def main(argv=None) -> dict:
     if args.profile > 0:
         profiles = {name: kernel_profile(run, args.profile, device) for name, run in
                     (("reference", reference), ("andrea", andrea))}
+        if andrea.probe is not None:
+            profiles["andrea_probe"] = kernel_profile(andrea, 1, device,
+                                                      work=lambda: andrea.probe.measure(andrea.step_no))
         for name, prof in profiles.items():
             say(f"{name}: {prof['ms_per_step']:.2f} kernel ms a step; top kernels (ms, calls a step):")
             for k in prof["kernels"][:20]:
