@@ -122,6 +122,17 @@ def sdpa_context(backend: str = "auto"):
     return sdpa_kernel(SDPA_BACKENDS[backend])
 
 
+# Inference over many sequence lengths (generation, prefix-batched generation loss): cuDNN's attention builds
+# an execution plan for every new shape (about 15 ms each on an H200, more than the forward itself), so those
+# loops leave it out; a backend the model forces (model.sdpa_backend) still wins inside fused_attention.
+VARYING_SHAPE_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def varying_shape_context():
+    """A context for loops whose attention shapes change call after call (see VARYING_SHAPE_BACKENDS)."""
+    return sdpa_kernel(list(VARYING_SHAPE_BACKENDS))
+
+
 def fused_attention(q, k, v, *, scale: float, causal: bool, backend: str = "auto", visible_keys=None):
     """The same computation through PyTorch's fused kernels (flash / cuDNN / efficient / math).
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from andrea_exp import metric_keys as K
+from andrea_exp.attention import varying_shape_context
 
 
 @torch.no_grad()
@@ -72,6 +73,14 @@ def loss_generation(model, tokens: torch.Tensor, batch_size: int = 64, max_token
     total = torch.zeros((), dtype=torch.float64, device=tokens.device)  # summed on the device: one host sync
     T = tokens.size(1) - 1
     max_tokens = generation_max_tokens(tokens.device) if max_tokens is None else max_tokens
+    with varying_shape_context():  # a new prefix length per forward
+        _sum_prefix_losses(model, tokens, batch_size, max_tokens, total)
+    return total.item() / (tokens.size(0) * T)
+
+
+def _sum_prefix_losses(model, tokens: torch.Tensor, batch_size: int, max_tokens: int, total: torch.Tensor) -> None:
+    """Adds to total (on the device) the summed loss of every target p from the forward over its prefix."""
+    T = tokens.size(1) - 1
     for rows in tokens.split(batch_size):
         b = rows.size(0)
         for lo, hi in prefix_groups(T, b, max_tokens):
@@ -84,7 +93,6 @@ def loss_generation(model, tokens: torch.Tensor, batch_size: int = 64, max_token
             logits = model.head(last)  # (b*n, V)
             targets = rows[:, lo:hi + 1].reshape(-1)  # (b*n,): token p follows the prefix 0..p-1
             total += F.cross_entropy(logits.float(), targets, reduction="sum")
-    return total.item() / (tokens.size(0) * T)
 
 
 @torch.no_grad()
@@ -93,11 +101,12 @@ def generate(model, prompt: torch.Tensor, n_tokens: int, seed: int = 0) -> torch
     gen = torch.Generator(device="cpu").manual_seed(seed)
     seq = prompt
     block = model.cfg.block_size
-    for _ in range(n_tokens):
-        logits, _ = model(seq[:, -block:])
-        probs = torch.softmax(logits[:, -1].float(), dim=-1).cpu()
-        nxt = torch.multinomial(probs, 1, generator=gen).to(seq.device)
-        seq = torch.cat([seq, nxt], dim=1)
+    with varying_shape_context():  # one token longer every forward
+        for _ in range(n_tokens):
+            logits, _ = model(seq[:, -block:])
+            probs = torch.softmax(logits[:, -1].float(), dim=-1).cpu()
+            nxt = torch.multinomial(probs, 1, generator=gen).to(seq.device)
+            seq = torch.cat([seq, nxt], dim=1)
     return seq
 
 

@@ -143,3 +143,27 @@ def test_generate_samples_one_full_forward_per_token():
             probs = torch.softmax(model(seq)[0][:, -1].float(), dim=-1)
             seq = torch.cat([seq, torch.multinomial(probs, 1, generator=gen)], dim=1)
     assert torch.equal(out, seq)
+
+
+def test_loops_over_changing_lengths_leave_cudnn_attention_out(monkeypatch):
+    """cuDNN's attention plans every new shape anew: generation and the prefix-batched generation loss run without
+    it; the fixed-shape teacher-forced loss keeps PyTorch's full choice."""
+    import andrea_exp.attention as attention
+
+    seen = []
+    real = attention.F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    model = small_model(causal=False, attn_impl="fused")
+    tokens = held_out()
+    loss_as_trained(model, tokens)
+    assert seen and all(seen)
+    seen.clear()
+    loss_generation(model, tokens)
+    generate(model, tokens[:1, :3], 4)
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # restored afterwards
