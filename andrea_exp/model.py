@@ -269,8 +269,11 @@ class Andrea(nn.Module):
         compute what a forward over idx[b, :visible_keys[b]] computes (the rest of the model is per token).
         """
         B, T = idx.shape
-        pos = torch.arange(T, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, d_model)
+        if T > self.cfg.block_size:
+            raise ValueError(f"a sequence of {T} tokens exceeds model.block_size ({self.cfg.block_size})")
+        # positions 0..T-1 are the table's first T rows: a slice, whose backward is a sum over the batch
+        # (a lookup's backward sorts the indices, several kernels of a small cell's step)
+        x = self.tok_emb(idx) + self.pos_emb.weight[:T]  # (B, T, d_model)
         for block in self.blocks:
             x = block(x, causal=causal, visible_keys=visible_keys)
         return self.ln_f(x)  # (B, T, d_model)

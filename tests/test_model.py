@@ -413,3 +413,25 @@ def test_bilinear_form_is_the_same_function_and_gradient(scale, causal):
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
     for (name, a), b in zip(explicit.named_parameters(), bilinear.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-9, atol=1e-12, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_position_rows_and_their_gradient_are_the_lookups():
+    """The position table's first T rows, sliced, give the forward and the gradient of a lookup of 0..T-1;
+    a sequence longer than the table is refused in one line."""
+    torch.manual_seed(0)
+    model = Andrea(small_cfg(n_layer=1)).double()
+    idx = torch.randint(0, 32, (3, 11))
+    _, loss = model(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    sliced = model.pos_emb.weight.grad.clone()
+    assert sliced[10:].abs().max() == 0 and sliced[:10].abs().min() > 0  # rows of positions not seen get none
+    model.zero_grad()
+    lookup = model.pos_emb(torch.arange(10))  # (T, d_model): what the lookup gave
+    torch.testing.assert_close(model.pos_emb.weight[:10], lookup)
+    h = model.tok_emb(idx[:, :-1]) + lookup
+    for block in model.blocks:
+        h = block(h)
+    F.cross_entropy(model.head(model.ln_f(h)).flatten(0, 1), idx[:, 1:].reshape(-1)).backward()
+    torch.testing.assert_close(sliced, model.pos_emb.weight.grad, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match=r"a sequence of 33 tokens exceeds model.block_size \(32\)"):
+        model(torch.zeros(1, 33, dtype=torch.long))
