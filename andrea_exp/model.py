@@ -269,7 +269,7 @@ class Andrea(nn.Module):
         compute what a forward over idx[b, :visible_keys[b]] computes (the rest of the model is per token).
         """
         B, T = idx.shape
-        if T > self.cfg.block_size:
+        if idx.size(1) > self.cfg.block_size:
             raise ValueError(f"a sequence of {T} tokens exceeds model.block_size ({self.cfg.block_size})")
         # positions 0..T-1 are the table's first T rows: a slice, whose backward is a sum over the batch
         # (a lookup's backward sorts the indices, several kernels of a small cell's step)
