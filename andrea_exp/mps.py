@@ -69,34 +69,40 @@ class MpsDaemon:
                        capture_output=True)
         self.running = True
 
-    def stop(self, timeout_s: float = 2.0) -> None:
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Ask the daemon to quit. It quits once its last client (a worker's CUDA context) has exited, so by
+        default the request is left to a background shell, which then removes the pipe directory, and the
+        sweep command returns at once; wait_s > 0 waits that long in the foreground first."""
         if not self.running:
             return
         self.running = False
-        try:
-            subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env},
-                           timeout=timeout_s, capture_output=True)
-        except (OSError, subprocess.SubprocessError):
-            # a client still holds the GPU: ask again in the background, where the quit completes once the
-            # last client has exited, rather than keep the command waiting
-            subprocess.Popen(["sh", "-c", f'echo quit | "{self.control}"; rm -rf "{self.dir}"'],
-                             env={**os.environ, **self.env}, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if wait_s > 0:
+            try:
+                subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env},
+                               timeout=wait_s, capture_output=True)
+                deadline = time.monotonic() + wait_s  # the daemon removes its control socket as it exits
+                while (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if not (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists():
+                    shutil.rmtree(self.dir, ignore_errors=True)
+                    return
+            except (OSError, subprocess.SubprocessError):
+                pass
             self.log(f"[andrea-exp] MPS: the daemon quits once its last client exits (pipe dir {self.dir})")
-            return
-        deadline = time.monotonic() + timeout_s  # the daemon removes its control socket as it exits
-        while (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        control = Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control"
+        subprocess.Popen(["sh", "-c", f'echo quit | "{self.control}"; i=0; while [ -e "{control}" ] && [ $i -lt 600 ]; '
+                                      f'do sleep 0.1; i=$((i+1)); done; rm -rf "{self.dir}"'],
+                         env={**os.environ, **self.env}, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop_idle_workers() -> None:
+def stop_idle_workers(wait: bool = True) -> None:
     """End joblib's reusable worker processes (the local_gpus launcher leaves them idle for reuse): each holds
-    its CUDA context, so an MPS daemon asked to quit would wait for them."""
+    its CUDA context, so an MPS daemon asked to quit would wait for them. wait=False: ask, don't wait."""
     executor_module = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(executor_module, "_executor", None)
     if executor is not None:
-        executor.shutdown(wait=True, kill_workers=False)
+        executor.shutdown(wait=wait, kill_workers=False)
 
 
 class MpsCallback(Callback):
@@ -145,7 +151,9 @@ class MpsCallback(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         if self.daemon is None:
             return
-        stop_idle_workers()  # the daemon quits only once its clients have: the launcher's idle workers are
+        # the daemon quits only once its clients have: the launcher's idle workers are asked to end, and the
+        # quit request waits for them in the background, so the command returns as soon as the sweep is done
+        stop_idle_workers(wait=False)
         self.daemon.stop()
         self.daemon = None
         for key, value in self.saved_env.items():

@@ -89,7 +89,12 @@ def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, m
     first = calls.read_text().splitlines()[0]
     assert first == f"-d|{pipe}|{daemon_dir / 'log'}"
 
+    started = time.monotonic()
     callback.on_multirun_end(config)
+    assert time.monotonic() - started < 1.0  # the command does not wait for the daemon
+    deadline = time.monotonic() + 20
+    while daemon_dir.exists() and time.monotonic() < deadline:  # the background quit, then its clean-up
+        time.sleep(0.05)
     lines = calls.read_text().splitlines()
     assert lines[1] == f"|{pipe}|{daemon_dir / 'log'}" and lines[2] == "stdin:quit"
     assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and not daemon_dir.exists()
@@ -114,7 +119,7 @@ def test_a_daemon_that_waits_for_clients_is_asked_again_in_the_background(tmp_pa
     lines = []
     daemon = mps.MpsDaemon(str(control), log=lines.append)
     started = time.monotonic()
-    daemon.stop(timeout_s=0.3)
+    daemon.stop(wait_s=0.3)
     assert time.monotonic() - started < 1.5  # the command does not wait for the clients
     assert len(lines) == 1 and "quits once its last client exits" in lines[0]
     deadline = time.monotonic() + 20
