@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from andrea_exp import devices, sweep, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
+from andrea_exp.metric_keys import RUN_TIME
 from andrea_exp.rundir import read_summary, write_summary
 from andrea_exp.schema import CONF_DIR
 
@@ -33,10 +34,17 @@ def _fmt(value, spec=".4f") -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+def _time_split(summary: dict) -> str:
+    """' (steps 14.1 s, probes 1.9 s, ...)': the loop's phases that took time, from run/time/*."""
+    parts = [f"{phase} {summary[key]:.1f} s" for phase, key in RUN_TIME.items()
+             if phase in ("steps", "probes", "evals", "maps", "checkpoints") and (summary.get(key) or 0) >= 0.05]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def print_run_summary(summary: dict, run_dir: Path) -> None:
     loss = summary.get("eval/loss_as_trained")
     print(f"[andrea-exp] {summary['run/status']} after {summary['run/steps']} steps "
-          f"in {summary.get('run/wall_s', 0):.1f} s")
+          f"in {summary.get('run/wall_s', 0):.1f} s{_time_split(summary)}")
     print(f"  held-out loss {_fmt(loss)} | floor {_fmt(summary.get('eval/floor'))} | "
           f"log V {_fmt(summary.get('data/log_vocab'))} (uniform guess) | "
           f"generation loss {_fmt(summary.get('eval/loss_generation'))} | gap {_fmt(summary.get('eval/gap'))}")

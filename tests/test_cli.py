@@ -83,3 +83,17 @@ def test_console_script_is_installed():
     done = subprocess.run([exe, "--cfg", "job", "model.d_k=128"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "d_k: 128" in done.stdout
+
+
+def test_the_run_line_says_where_the_loop_time_went(capsys, tmp_path):
+    from andrea_exp.cli import print_run_summary
+
+    summary = {"run/status": "finished", "run/steps": 1000, "run/wall_s": 17.26, "run/time/setup_s": 8.7,
+               "run/time/steps_s": 14.05, "run/time/probes_s": 1.87, "run/time/evals_s": 0.13, "run/time/maps_s": 1.22,
+               "run/time/checkpoints_s": 0.0, "run/time/end_s": 0.43}
+    print_run_summary(summary, tmp_path)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == ("[andrea-exp] finished after 1000 steps in 17.3 s "
+                     "(steps 14.1 s, probes 1.9 s, evals 0.1 s, maps 1.2 s)")
+    print_run_summary({"run/status": "diverged", "run/steps": 3, "run/wall_s": 0.5}, tmp_path)  # an older summary
+    assert capsys.readouterr().out.splitlines()[0] == "[andrea-exp] diverged after 3 steps in 0.5 s"
