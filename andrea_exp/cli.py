@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from andrea_exp import devices, sweep, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
-from andrea_exp.metric_keys import RUN_TIME
+from andrea_exp.metric_keys import LOOP_PHASES, RUN_TIME
 from andrea_exp.rundir import read_summary, write_summary
 from andrea_exp.schema import CONF_DIR
 
@@ -36,8 +36,8 @@ def _fmt(value, spec=".4f") -> str:
 
 def _time_split(summary: dict) -> str:
     """' (steps 14.1 s, probes 1.9 s, ...)': the loop's phases that took time, from run/time/*."""
-    parts = [f"{phase} {summary[key]:.1f} s" for phase, key in RUN_TIME.items()
-             if phase in ("steps", "probes", "evals", "maps", "checkpoints") and (summary.get(key) or 0) >= 0.05]
+    parts = [f"{phase} {summary[RUN_TIME[phase]]:.1f} s" for phase in ("steps", *LOOP_PHASES)
+             if (summary.get(RUN_TIME[phase]) or 0) >= 0.05]
     return f" ({', '.join(parts)})" if parts else ""
 
 

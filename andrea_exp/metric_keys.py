@@ -77,9 +77,10 @@ SYSTEM_CUDA = "system/cuda"
 RUN_GIT_COMMIT = "run/git_commit"
 RUN_GIT_DIRTY = "run/git_dirty"
 RUN_CODE_SHA = "run/code_sha"
-# where the run's wall time went (andrea_exp/phases.py), seconds each
-RUN_TIME = {phase: f"run/time/{phase}_s"
-            for phase in ("setup", "steps", "probes", "evals", "maps", "checkpoints", "end")}
+# where the run's wall time went (andrea_exp/phases.py), seconds each: the loop's timed phases, and the
+# steps as the loop less those; set-up before the loop, the end after it
+LOOP_PHASES = ("probes", "evals", "maps", "checkpoints")
+RUN_TIME = {phase: f"run/time/{phase}_s" for phase in ("setup", "steps", *LOOP_PHASES, "end")}
 
 RUN_STATUSES = ("finished", "diverged", "failed", "interrupted")
 

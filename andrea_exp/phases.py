@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from andrea_exp.metric_keys import RUN_TIME
+from andrea_exp.metric_keys import LOOP_PHASES, RUN_TIME
 
-PHASES = ("probes", "evals", "maps", "checkpoints", "end")
+PHASES = (*LOOP_PHASES, "end")
 
 
 class PhaseClock:
@@ -55,6 +55,6 @@ class PhaseClock:
 
     def summary(self) -> dict:
         """run/time/* in seconds: setup, steps (the loop less its phases), then each phase."""
-        inside = sum(v for k, v in self.seconds.items() if k != "end")
+        inside = sum(self.seconds[k] for k in LOOP_PHASES)
         return {RUN_TIME["setup"]: self.setup_s, RUN_TIME["steps"]: max(self.loop_s - inside, 0.0),
                 **{RUN_TIME[k]: v for k, v in self.seconds.items()}}

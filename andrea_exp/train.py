@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -348,7 +347,7 @@ def train(cfg, run_dir: Path) -> dict:
     if resumed is not None:
         checkpoint.set_rng_state(resumed["rng"])  # last, after every set-up step that might draw numbers
 
-    status, error, started = "finished", None, time.perf_counter()
+    status, error = "finished", None
     clock.loop_start()
     try:
         try:
@@ -382,7 +381,7 @@ def train(cfg, run_dir: Path) -> dict:
         finally:
             progress.close()
             clock.loop_end()
-        summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: time.perf_counter() - started,
+        summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: clock.loop_s,
                    **run_facts(rt, model, data.vocab_size), **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
