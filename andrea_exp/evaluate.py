@@ -74,25 +74,19 @@ def loss_generation(model, tokens: torch.Tensor, batch_size: int = 64, max_token
     T = tokens.size(1) - 1
     max_tokens = generation_max_tokens(tokens.device) if max_tokens is None else max_tokens
     with varying_shape_context():  # a new prefix length per forward
-        _sum_prefix_losses(model, tokens, batch_size, max_tokens, total)
+        for rows in tokens.split(batch_size):
+            b = rows.size(0)
+            for lo, hi in prefix_groups(T, b, max_tokens):
+                lengths = torch.arange(lo, hi + 1, device=tokens.device)  # (n,) the run's prefix lengths
+                n = lengths.numel()
+                x = rows[:, :hi].repeat_interleave(n, dim=0)  # (b*n, hi): sequence s in rows s*n .. s*n+n-1
+                visible = lengths.repeat(b)  # (b*n,): row s*n+j keeps keys < lengths[j]
+                h = model.hidden(x, visible_keys=visible if n > 1 else None)  # (b*n, hi, d_model); n 1: none absent
+                last = h[torch.arange(b * n, device=tokens.device), visible - 1]  # (b*n, d_model): position p-1
+                logits = model.head(last)  # (b*n, V)
+                targets = rows[:, lo:hi + 1].reshape(-1)  # (b*n,): token p follows the prefix 0..p-1
+                total += F.cross_entropy(logits.float(), targets, reduction="sum")
     return total.item() / (tokens.size(0) * T)
-
-
-def _sum_prefix_losses(model, tokens: torch.Tensor, batch_size: int, max_tokens: int, total: torch.Tensor) -> None:
-    """Adds to total (on the device) the summed loss of every target p from the forward over its prefix."""
-    T = tokens.size(1) - 1
-    for rows in tokens.split(batch_size):
-        b = rows.size(0)
-        for lo, hi in prefix_groups(T, b, max_tokens):
-            lengths = torch.arange(lo, hi + 1, device=tokens.device)  # (n,) the run's prefix lengths
-            n = lengths.numel()
-            x = rows[:, :hi].repeat_interleave(n, dim=0)  # (b*n, hi): sequence s in rows s*n .. s*n+n-1
-            visible = lengths.repeat(b)  # (b*n,): row s*n+j keeps keys < lengths[j]
-            h = model.hidden(x, visible_keys=visible if n > 1 else None)  # (b*n, hi, d_model); n 1: none absent
-            last = h[torch.arange(b * n, device=tokens.device), visible - 1]  # (b*n, d_model): position p-1
-            logits = model.head(last)  # (b*n, V)
-            targets = rows[:, lo:hi + 1].reshape(-1)  # (b*n,): token p follows the prefix 0..p-1
-            total += F.cross_entropy(logits.float(), targets, reduction="sum")
 
 
 @torch.no_grad()

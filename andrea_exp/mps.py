@@ -76,20 +76,20 @@ class MpsDaemon:
         if not self.running:
             return
         self.running = False
+        control = Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control"  # the daemon removes it as it exits
         if wait_s > 0:
             try:
                 subprocess.run([self.control], input="quit\n", text=True, env={**os.environ, **self.env},
                                timeout=wait_s, capture_output=True)
-                deadline = time.monotonic() + wait_s  # the daemon removes its control socket as it exits
-                while (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists() and time.monotonic() < deadline:
+                deadline = time.monotonic() + wait_s
+                while control.exists() and time.monotonic() < deadline:
                     time.sleep(0.2)
-                if not (Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control").exists():
+                if not control.exists():
                     shutil.rmtree(self.dir, ignore_errors=True)
                     return
             except (OSError, subprocess.SubprocessError):
                 pass
             self.log(f"[andrea-exp] MPS: the daemon quits once its last client exits (pipe dir {self.dir})")
-        control = Path(self.env["CUDA_MPS_PIPE_DIRECTORY"]) / "control"
         subprocess.Popen(["sh", "-c", f'echo quit | "{self.control}"; i=0; while [ -e "{control}" ] && [ $i -lt 600 ]; '
                                       f'do sleep 0.1; i=$((i+1)); done; rm -rf "{self.dir}"'],
                          env={**os.environ, **self.env}, start_new_session=True,
