@@ -21,7 +21,7 @@ import torch
 from andrea_exp.evaluate import evaluate
 from andrea_exp.probe import Probe
 from benchmarks.claims_grid_speed import cell_overrides
-from benchmarks.common import compose_cfg, git_commit, warmed_cell
+from benchmarks.common import compose_cfg, git_commit, timed, warmed_cell
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,16 +35,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="extra Hydra overrides for every cell, e.g. model.attn_impl=fused")
     parser.add_argument("--out", type=Path, required=True)
     return parser.parse_args(argv)
-
-
-def timed(fn, repeats: int, sync) -> float:
-    fn()  # warm-up (allocator, kernels chosen)
-    sync()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    sync()
-    return (time.perf_counter() - started) / repeats
 
 
 def measure_cell(overrides: list[str], steps: int, repeats: int) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -75,3 +76,14 @@ def git_commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent)
     return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"
+
+
+def timed(fn, repeats: int, sync) -> float:
+    """Mean seconds of fn() over `repeats` calls, after one untimed call (allocator, kernels chosen)."""
+    fn()
+    sync()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync()
+    return (time.perf_counter() - started) / repeats

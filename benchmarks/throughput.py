@@ -35,7 +35,7 @@ from andrea_exp.graphed_step import WARMUP_STEPS, GraphedStep
 from andrea_exp.probe import Probe
 from andrea_exp.runtime import setup_runtime
 from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
-from benchmarks.common import compose_cfg, git_commit
+from benchmarks.common import compose_cfg, git_commit, timed
 from benchmarks.reference_gpt import GPT, GPTConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "throughput_h200.json"
@@ -329,12 +329,7 @@ def main(argv=None) -> dict:
         andrea_probe_peak = peak_gb(lambda: andrea.probe.measure(andrea.step_no), andrea)
     compile_andrea_s = time.perf_counter() - t0
     if andrea.probe is not None:  # what one probe costs: a window of probe.every steps pays it once
-        sync(device)
-        t_probe = time.perf_counter()
-        for _ in range(3):
-            andrea.probe.measure(andrea.step_no)
-        sync(device)
-        result.update(probe_ms=(time.perf_counter() - t_probe) / 3 * 1e3)
+        result.update(probe_ms=1e3 * timed(lambda: andrea.probe.measure(andrea.step_no), 3, lambda: sync(device)))
         say(f"one probe: {result.data['probe_ms']:.1f} ms")
     peaks = [p for p in (andrea_train_peak, andrea_probe_peak) if p is not None]
     result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s}, andrea_step_graphed=andrea.graphed,
