@@ -161,7 +161,6 @@ class Attention(nn.Module):
                                     visible_keys=visible_keys, heads_first=True)  # (H, B, T, d_v)
         return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)
 
-
     def bilinear_operands(self, x):
         """x (B, T, C) -> (x W_q,h^T W_k,h, x) per head, both (H, B, T, C): their product over C is q k^T.
         The scale stays 1/sqrt(d_k) (self.scale), as for q and k."""
