@@ -32,6 +32,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--mps", nargs="+", default=["auto", "false"], help="mps values to time, in this order")
     parser.add_argument("--repeats", type=int, default=1, help="rounds over the --mps values")
     parser.add_argument("--set", nargs="*", default=[], metavar="OVERRIDE", help="extra overrides for every run")
+    parser.add_argument("--variant", action="append", default=[], metavar="'NAME OVERRIDE...'",
+                        help="also run each round with these overrides, after the plain command (repeatable)")
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds before a run is stopped")
     parser.add_argument("--smoke", action="store_true", help="tiny cells on the CPU (for tests)")
     parser.add_argument("--keep-log", action="store_true", help="keep every time-stamped line in the JSON")
@@ -77,14 +79,23 @@ def last(lines, marker: str) -> float | None:
     return max((t for t, text in lines if marker in text), default=None)
 
 
-def one_run(sweep_dir: Path, mps: str, args) -> dict:
-    code, wall, lines = timed_lines(sweep_command(sweep_dir, mps, args.smoke, args.set), args.timeout)
+def variants(args) -> list[tuple[str, list[str]]]:
+    """[("plain", []), (NAME, overrides), ...] from --variant 'NAME OVERRIDE...'."""
+    named = [v.split() for v in args.variant]
+    if any(len(v) < 2 for v in named):
+        raise SystemExit("--variant takes 'NAME OVERRIDE...': a name, then at least one override")
+    return [("plain", []), *((v[0], v[1:]) for v in named)]
+
+
+def one_run(sweep_dir: Path, mps: str, args, variant: tuple[str, list[str]] = ("plain", [])) -> dict:
+    extra = [*args.set, *variant[1]]
+    code, wall, lines = timed_lines(sweep_command(sweep_dir, mps, args.smoke, extra), args.timeout)
     cells = {}
     for summary in sorted(sweep_dir.glob("*/summary.json"), key=lambda p: int(p.parent.name)):
         s = json.loads(summary.read_text())
         cells[summary.parent.name] = {"status": s.get("run/status"), "wall_s": s.get("run/wall_s"),
                                       **{key: s.get(key) for key in RUN_TIME.values()}}
-    return {"mps": mps, "rc": code, "wall_s": round(wall, 2),
+    return {"mps": mps, "variant": variant[0], "overrides": variant[1], "rc": code, "wall_s": round(wall, 2),
             "first_model_built_s": first(lines, "[andrea-exp] model "),
             "last_training_ended_s": last(lines, "[andrea-exp] finished after"),
             "mps_lines": [text for _, text in lines if "MPS" in text], "cells": cells,
@@ -98,10 +109,10 @@ def main(argv=None) -> dict:
               " ".join(sys.argv[1:] if argv is None else argv), "smoke": args.smoke, "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         for round_no in range(args.repeats):
-            for mps in args.mps:
-                run = one_run(Path(tmp) / f"r{round_no}_mps_{mps}", mps, args)
+            for mps, variant in ((m, v) for m in args.mps for v in variants(args)):
+                run = one_run(Path(tmp) / f"r{round_no}_mps_{mps}_{variant[0]}", mps, args, variant)
                 result["runs"].append(run)
-                print(f"[grid_wall] mps={mps}: {run['wall_s']:.1f} s (rc {run['rc']}), first model at "
+                print(f"[grid_wall] mps={mps} {variant[0]}: {run['wall_s']:.1f} s (rc {run['rc']}), first model at "
                       f"{run['first_model_built_s']} s, last training ended at {run['last_training_ended_s']} s",
                       flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -141,15 +141,17 @@ def test_idle_launcher_workers_are_ended():
 
 
 @pytest.mark.slow
-def test_grid_wall_times_a_real_local_sweep_per_mps_setting(tmp_path: Path):
-    """benchmarks/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, mps auto and false
-    (no GPU here, so auto starts nothing); the time-stamped phases are in order and every cell finished."""
+def test_grid_wall_times_a_real_local_sweep_per_setting(tmp_path: Path):
+    """benchmarks/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, plain and with a
+    variant's overrides (workers started without the preloading forkserver); the time-stamped phases are in
+    order and every cell finished."""
     from benchmarks.grid_wall import main
 
     out = tmp_path / "grid_wall.json"
-    data = main(["--smoke", "--out", str(out)])
+    data = main(["--smoke", "--mps", "false", "--variant", "spawned ~hydra.callbacks.preloaded_workers",
+                 "--out", str(out)])
     assert json.loads(out.read_text()) == data
-    assert [run["mps"] for run in data["runs"]] == ["auto", "false"]
+    assert [(run["mps"], run["variant"]) for run in data["runs"]] == [("false", "plain"), ("false", "spawned")]
     for run in data["runs"]:
         assert run["rc"] == 0 and run["failed_lines"] == [] and run["mps_lines"] == []
         assert 0 < run["first_model_built_s"] < run["last_training_ended_s"] < run["wall_s"]
