@@ -68,6 +68,39 @@ def test_chunked_loss_without_grad_and_bad_input():
         linear_cross_entropy(x.float(), w, t)
 
 
+def test_in_a_compiled_model_the_loss_runs_outside_its_graph_one_chunk_at_a_time(monkeypatch):
+    """Traced into the model's graph, the chunk loop would be unrolled and every chunk's logits kept at once;
+    compiled, the model stops its graph at the loss and calls the compiled chunk step once per chunk. (The
+    model here is compiled with the eager backend and the chunk step counted, not compiled: the same path.)"""
+    from torch._dynamo.utils import counters
+
+    from andrea_exp import chunked_loss
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args[0].shape[0])  # rows of the chunk
+        return chunked_loss.chunk_step(*args)
+
+    monkeypatch.setattr(chunked_loss, "compiled_chunk_step", lambda: counted)
+    torch.manual_seed(0)
+    model = Andrea(ModelConfig(**{**BASE, "loss_impl": "chunked", "loss_chunk_rows": 40}))
+    x, y = torch.randint(0, 40, (4, 24)), torch.randint(0, 40, (4, 24))
+    _, eager = model(x, y)
+    eager_grads = torch.autograd.grad(eager, list(model.parameters()))
+    assert calls == []  # eager: the plain loop, no compiled step
+    torch._dynamo.reset()
+    counters.clear()
+    _, compiled = torch.compile(model, backend="eager")(x, y)
+    compiled_grads = torch.autograd.grad(compiled, list(model.parameters()))
+    assert calls == [40, 40, 16]  # 96 rows in chunks of 40, one call each
+    assert any("_outside_the_graph" in reason for reason in counters["graph_break"])
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+    for a, b in zip(compiled_grads, eager_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+
+
 BASE = dict(vocab_size=40, block_size=24, d_model=32, n_layer=2, n_head=4, d_k=8, d_v=12)
 PLAIN = dict(loss_impl="plain", fused_qkv=False, sdpa_backend="auto")
 FAST_PATHS = [dict(loss_impl="chunked", loss_chunk_rows=7), dict(fused_qkv=True),
