@@ -1,13 +1,16 @@
 """Wall time of a whole sweep command, as a researcher waits for it, under each `mps` setting in turn.
 
 Runs `python -m andrea_exp -m experiment=claims_grid hydra/launcher=local_gpus cells_per_gpu=16 ...` (seed 0,
-W&B off) once per --mps value, alternating, each into a fresh sweep directory, and time-stamps every line
-the command prints, so the JSON says where the time went: until the first model is built (Hydra, worker
-processes, imports, CUDA), until the last cell's training has ended, and until the command returned. Per
-cell it reads run/wall_s (the training loop with its probes and evaluations) from summary.json.
+W&B off) once per --mps value and --variant (a name and its extra overrides; the plain command first),
+alternating, each into a fresh sweep directory, and time-stamps every line the command prints, so the JSON
+says where the time went: until the first model is built (Hydra, worker processes, imports, CUDA), until the
+last cell's training has ended, and until the command returned. Per cell it reads run/wall_s (the training
+loop with its probes and evaluations) and run/time/* from summary.json.
 
     PYTHONPATH=. python3 benchmarks/grid_wall.py --out /tmp/grid_wall.json               # H200: about 3 minutes
     PYTHONPATH=. python3 benchmarks/grid_wall.py --smoke --out /tmp/grid_wall.json       # CPU, tiny cells
+    PYTHONPATH=. python3 benchmarks/grid_wall.py --mps auto --repeats 2 --variant "no_probes probe.every=0" \
+        --out /tmp/grid_wall.json                                    # A/B/A/B: plain, without probes
 """
 
 from __future__ import annotations
