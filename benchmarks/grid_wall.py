@@ -110,9 +110,10 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     result = {"commit": git_commit(), "command": "PYTHONPATH=. python3 benchmarks/grid_wall.py " +
               " ".join(sys.argv[1:] if argv is None else argv), "smoke": args.smoke, "runs": []}
+    settings = [(mps, variant) for mps in args.mps for variant in variants(args)]  # one round, in order
     with tempfile.TemporaryDirectory() as tmp:
         for round_no in range(args.repeats):
-            for mps, variant in ((m, v) for m in args.mps for v in variants(args)):
+            for mps, variant in settings:
                 run = one_run(Path(tmp) / f"r{round_no}_mps_{mps}_{variant[0]}", mps, args, variant)
                 result["runs"].append(run)
                 print(f"[grid_wall] mps={mps} {variant[0]}: {run['wall_s']:.1f} s (rc {run['rc']}), first model at "
