@@ -8,9 +8,11 @@ Only d loss / d x (N, d) and d loss / d W (V, d) are kept for the backward pass,
 by the incoming gradient. The GEMMs are the plain path's three (logits, d x, d W): nothing is recomputed.
 
 Inside a compiled model (train.compile) the loss is left out of the model's graph and runs chunk after
-chunk, each chunk through one compiled function: traced into the model's graph, the loop is unrolled and
-the compiler keeps every chunk's logits alive at once (3.3 GB at ANDREA-120M's B 32, T 1024), which is
-what the chunks are there to avoid.
+chunk, each chunk's softmax through one compiled function: traced into the model's graph, the loop is
+unrolled and the compiler keeps every chunk's logits alive at once (3.3 GB at ANDREA-120M's B 32, T 1024),
+which is what the chunks are there to avoid. The two gradient GEMMs write into their outputs directly: d x
+into its rows, d W added to the float32 sum inside the GEMM on a GPU (out_dtype), so no chunk's (V, d)
+share is written, converted and added apart.
 """
 
 from __future__ import annotations
@@ -21,18 +23,25 @@ import torch
 
 
 def chunk_step(xc, tc, weight, vocab, n: int, acc: torch.dtype, with_grad: bool):
-    """One chunk of rows: (sum of its losses, d mean-loss / d xc, its share of d mean-loss / d W in acc)."""
+    """One chunk of rows: (sum of its losses, d mean-loss / d its logits in xc's dtype, or None)."""
     logits = (xc @ weight.t()).to(acc)  # (c, V)
     lse = torch.logsumexp(logits, dim=-1)  # (c,)
     loss = (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
     if not with_grad:
-        return loss, None, None
+        return loss, None
     # softmax - one_hot, scaled and cast in one elementwise pass: a comparison rather than scatter_add_ for
     # the one-hot, because a scatter stops the compiler fusing the pass
     hit = vocab[None, :] == tc[:, None]  # (c, V): the one-hot as a mask
     probs = (logits - lse[:, None]).exp_()  # (c, V): softmax
-    g = probs.sub_(hit.to(acc)).div_(n).to(xc.dtype)  # (c, V): d mean-loss / d logits
-    return loss, g @ weight, (g.t() @ xc).to(acc)  # (), (c, d), (V, d)
+    return loss, probs.sub_(hit.to(acc)).div_(n).to(xc.dtype)  # (), (c, V)
+
+
+def add_matmul(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """total += a @ b, with total wider than a and b (float32 against bf16): on a GPU in the GEMM itself."""
+    if total.is_cuda and total.dtype == torch.float32 and a.dtype in (torch.bfloat16, torch.float16):
+        torch.addmm(total, a, b, out_dtype=torch.float32, out=total)
+    else:
+        total += (a @ b).to(total.dtype)
 
 
 @functools.cache
@@ -46,17 +55,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n = x.size(0)
         acc = torch.promote_types(x.dtype, torch.float32)  # float32 softmax; float64 inputs stay float64
         total = torch.zeros((), dtype=acc, device=x.device)
-        grad_x = torch.empty_like(x) if with_grad else None  # (N, d)
+        grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device) if with_grad else None  # (N, d), rows contiguous
         grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if with_grad else None  # (V, d)
         vocab = torch.arange(weight.size(0), device=x.device)  # (V,)
         with torch.autocast(device_type=x.device.type, enabled=False):  # dtypes are chosen by the caller
             for start in range(0, n, chunk_rows):
                 rows = slice(start, start + chunk_rows)
-                loss, gx, gw = step(x[rows], targets[rows], weight, vocab, n, acc, with_grad)  # (), (c, d), (V, d)
+                loss, g = step(x[rows], targets[rows], weight, vocab, n, acc, with_grad)  # (), (c, V)
                 total = total + loss
                 if with_grad:
-                    grad_x[rows] = gx
-                    grad_w += gw
+                    torch.mm(g, weight, out=grad_x[rows])  # (c, d)
+                    add_matmul(grad_w, g.t(), x[rows])  # (V, d)
+                    del g  # the next chunk's logits can take its memory
         if with_grad:
             ctx.save_for_backward(grad_x, grad_w.to(weight.dtype))
         return total / n
@@ -70,7 +80,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 @torch.compiler.disable
 def _outside_the_graph(x, weight, targets, chunk_rows: int, with_grad: bool):
     """Called from a model being compiled: the compiler stops its graph here, and the chunks run one after
-    another, each through the compiled chunk_step."""
+    another, each chunk's softmax through the compiled chunk_step."""
     return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows, with_grad, compiled_chunk_step())
 
 

@@ -68,6 +68,46 @@ def test_chunked_loss_without_grad_and_bad_input():
         linear_cross_entropy(x.float(), w, t)
 
 
+def test_add_matmul_adds_the_product_to_the_float32_sum():
+    from andrea_exp.chunked_loss import add_matmul
+
+    a = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.bfloat16)
+    b = torch.tensor([[3.0, 0.0], [1.0, 4.0]], dtype=torch.bfloat16)
+    total = torch.full((2, 2), 0.25)
+    add_matmul(total, a, b)  # a @ b = [[5, 8], [0.5, -4]]
+    torch.testing.assert_close(total, torch.tensor([[5.25, 8.25], [0.75, -3.75]]), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_chunked_loss_in_bf16_on_the_gpu_sums_d_w_in_float32():
+    """On a GPU each chunk's d W is added inside the GEMM (out_dtype float32): the sum over chunks must
+    match a float64 computation from the same bf16 inputs to float32-sum accuracy, far closer than a
+    sum rounded to bf16 after every chunk would be."""
+    from andrea_exp.chunked_loss import add_matmul
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(8, 512, 1024, device="cuda", generator=gen).bfloat16()  # 8 chunks of (V 512, c 1024)
+    b = torch.randn(8, 1024, 64, device="cuda", generator=gen).bfloat16()
+    total = torch.zeros(512, 64, device="cuda")
+    for k in range(8):
+        add_matmul(total, a[k], b[k])
+    exact = torch.einsum("kvc,kcd->vd", a.double(), b.double())
+    err = (total.double() - exact).abs().max().item()
+    assert err < 1e-5 * exact.abs().max().item()  # a bf16 sum would be off by ~2e-3 of it
+    x = torch.randn(4096, 64, device="cuda", generator=gen).bfloat16().requires_grad_()
+    w = torch.randn(512, 64, device="cuda", generator=gen).bfloat16().requires_grad_()
+    t = torch.randint(0, 512, (4096,), device="cuda", generator=gen)
+    loss = linear_cross_entropy(x, w, t, 512)
+    gx, gw = torch.autograd.grad(loss, (x, w))
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = F.cross_entropy(xd @ wd.t(), t)
+    rx, rw = torch.autograd.grad(ref, (xd, wd))
+    assert abs(loss.item() - ref.item()) < 1e-3
+    torch.testing.assert_close(gw.double(), rw, rtol=2e-2, atol=2e-2 * rw.abs().max().item())
+    torch.testing.assert_close(gx.double(), rx, rtol=2e-2, atol=2e-2 * rx.abs().max().item())
+
+
 def test_in_a_compiled_model_the_loss_runs_outside_its_graph_one_chunk_at_a_time(monkeypatch):
     """Traced into the model's graph, the chunk loop would be unrolled and every chunk's logits kept at once;
     compiled, the model stops its graph at the loss and calls the compiled chunk step once per chunk. (The
