@@ -2,19 +2,26 @@
 # Every study behind experiments/results/report.md, 3 seeds each, on the GPUs of this machine, then the report.
 #   experiments/reproduce.sh                        # every stage, then the report and the pack
 #   experiments/reproduce.sh claims_grid leak_gap   # some stages (no report)
-#   EXTRA="model=andrea_tiny train.max_steps=20" experiments/reproduce.sh ...   # a quick dry run on a CPU
+#   EXTRA="model=andrea_tiny data.seq_len=32 train.max_steps=20 train.warmup_steps=5" \
+#     experiments/reproduce.sh leak_gap                                        # a quick dry run on a CPU
 #   experiments/reproduce.sh pack                   # the runs in $SWEEPS, without checkpoints, into $PACK
 # Sweeps go to $SWEEPS (default multirun/reproduce), the report to $RESULTS (default experiments/results);
 # each stage's wall time is appended to $SWEEPS/wall_times.jsonl. Cells run $CELLS_PER_GPU at a time per GPU
 # (Hydra's joblib launcher, conf/hydra/launcher/local_gpus.yaml). W&B is off here (metrics.jsonl and
 # summary.json are what the report reads); drop logger.mode=disabled to also log the runs to W&B.
+# With every stage and a GPU, the stages run in $LANES lanes side by side (default 2; LANES=1: one after
+# another), all on one MPS daemon started here, so that one stage's start-up and last few cells overlap
+# another's steady state; each lane runs $CELLS_PER_GPU cells at a time (default 12 with two lanes, 16 with one).
 # `pack` writes $PACK (default $RESULTS/runs.tar.gz): every file under $SWEEPS but checkpoints/, paths
 # starting with sweeps/, as experiments/results/h200_runs.tar.gz is committed.
 set -u
 SWEEPS=${SWEEPS:-multirun/reproduce}
 RESULTS=${RESULTS:-experiments/results}
 PACK=${PACK:-$RESULTS/runs.tar.gz}
-PAR=${CELLS_PER_GPU:-16}
+GPU_PRESENT=$(nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+LANES=${LANES:-$([ "$GPU_PRESENT" = 1 ] && echo 2 || echo 1)}
+case $LANES in 1|2) ;; *) echo "LANES must be 1 or 2; got '$LANES'" >&2; exit 2 ;; esac
+PAR=${CELLS_PER_GPU:-$([ "$LANES" = 2 ] && [ $# -eq 0 ] && echo 12 || echo 16)}  # lanes run only with every stage
 py=${PYTHON:-python3}
 mkdir -p "$SWEEPS"
 # shellcheck disable=SC2206
@@ -48,7 +55,7 @@ pack() {  # the raw runs without their checkpoints (the report reads metrics.jso
 run_stage() {
   case $1 in
     scaling_at_init) stage scaling_at_init scaling_at_init ;;
-    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # alone: the 12-cell grid's wall time
+    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # the 12-cell grid (benchmarks/grid_wall.py times it alone)
                  stage claims_grid_seed12 claims_grid seed=1,2 ;;
     qk_init) stage qk_init qk_init ;;
     leak_gap) stage leak_gap leak_gap ;;
@@ -73,7 +80,29 @@ if [ $# -gt 0 ]; then
   echo "stages $*: $(( $(date +%s) - t_all )) s"
   exit 0
 fi
-for name in scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras; do run_stage "$name"; done
-echo "all stages: $(( $(date +%s) - t_all )) s"
+shared_mps() {  # one MPS daemon for both lanes: a sweep that finds it set up uses it and starts none of its own
+  [ "$GPU_PRESENT" = 1 ] && [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && command -v nvidia-cuda-mps-control >/dev/null ||
+    return 0
+  MPS_DIR=$(mktemp -d /tmp/andrea-mps-XXXXXX)
+  mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+  if CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log nvidia-cuda-mps-control -d; then
+    export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
+    # it quits once its last client has exited: asked in the background, so that the script never waits on it
+    trap '(echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 &)' EXIT
+    echo "MPS daemon for the lanes in $MPS_DIR"
+  else
+    echo "the MPS daemon did not start: each sweep starts its own" >&2
+  fi
+}
+
+if [ "$LANES" = 2 ]; then  # the lanes balanced by the stages' wall times on one H200 (about 410 and 340 s alone)
+  shared_mps
+  (for name in lr_sensitivity extras; do run_stage "$name"; done) &
+  (for name in scaling_at_init claims_grid qk_init leak_gap; do run_stage "$name"; done) &
+  wait
+else
+  for name in scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras; do run_stage "$name"; done
+fi
+echo "all stages: $(( $(date +%s) - t_all )) s ($LANES lanes, $PAR cells at a time in each)"
 $py -m andrea_exp.report "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"}
 pack
