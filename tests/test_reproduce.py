@@ -37,3 +37,40 @@ def test_an_unknown_stage_is_one_line_naming_the_stages(tmp_path):
     assert done.stderr.strip() == ("unknown stage: claims (scaling_at_init claims_grid qk_init leak_gap "
                                    "lr_sensitivity extras pack)")
     assert not (tmp_path / "p.tar.gz").exists()  # checked before any stage ran, pack included
+
+
+def test_lanes_run_every_stage_once_and_side_by_side(tmp_path):
+    """LANES=2: the two lanes start together and together run each of the eight sweeps once (a stand-in
+    interpreter records each `-m andrea_exp` sweep instead of training; everything else is real Python)."""
+    import sys
+
+    record = tmp_path / "sweeps.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!/usr/bin/env bash
+if [ "$1 $2" = "-m andrea_exp" ]; then
+  for a in "$@"; do case $a in hydra.sweep.dir=*) name=${{a##*/}};; esac; done
+  echo "start $name $(date +%s.%N)" >> {record}; sleep 1; echo "end $name $(date +%s.%N)" >> {record}; exit 0
+fi
+if [ "$1 $2" = "-m andrea_exp.report" ]; then exit 0; fi
+exec {sys.executable} "$@"
+""")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LANES": "2", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
+                               "RESULTS": str(tmp_path / "res")})
+    assert done.returncode == 0, done.stderr
+    assert "(2 lanes, 12 cells at a time in each)" in done.stdout
+    events = [line.split() for line in record.read_text().splitlines()]
+    starts = {name: float(t) for kind, name, t in events if kind == "start"}
+    ends = {name: float(t) for kind, name, t in events if kind == "end"}
+    assert sorted(starts) == sorted(["scaling_at_init", "claims_grid_seed0", "claims_grid_seed12", "qk_init",
+                                     "leak_gap", "lr_sensitivity", "extras_inv", "extras_qkln"])
+    assert len(events) == 16  # each once
+    assert starts["lr_sensitivity"] < ends["scaling_at_init"] and starts["scaling_at_init"] < ends["lr_sensitivity"]
+
+
+def test_a_bad_lanes_value_is_one_line_naming_the_choices(tmp_path):
+    done = reproduce(LANES="3", SWEEPS=str(tmp_path / "sweeps"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == "LANES must be 1 or 2; got '3'"
+    assert not (tmp_path / "sweeps").exists()
