@@ -87,8 +87,11 @@ shared_mps() {  # one MPS daemon for both lanes: a sweep that finds it set up us
   mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
   if CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log nvidia-cuda-mps-control -d; then
     export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
-    # it quits once its last client has exited: asked in the background, so that the script never waits on it
-    trap '(echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 &)' EXIT
+    # it quits once its last client has exited: asked in the background, so that the script never waits on it,
+    # and its directory removed once it has gone
+    trap '(echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; i=0
+           while [ -e "$MPS_DIR/pipe/control" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+           rm -rf "$MPS_DIR") &' EXIT
     echo "MPS daemon for the lanes in $MPS_DIR"
   else
     echo "the MPS daemon did not start: each sweep starts its own" >&2
