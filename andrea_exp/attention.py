@@ -14,46 +14,22 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from andrea_exp.choices import SDPA_BACKEND_NAMES, normalize_mask_fill, normalize_scale
 from andrea_exp.head_gemms import qk_scores
 
-SCALE_MODES = ("sqrt", "none", "inv")
 # Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
 # explicit path (two GEMMs and a float32 softmax) is several times faster.
 FUSED_MAX_HEAD_DIM = 256
 # `model.sdpa_backend`: which of scaled_dot_product_attention's kernels the fused path may use
 # ("auto" leaves the choice to PyTorch, which prefers flash over cuDNN).
-SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-
-
-def normalize_scale(scale) -> str:
-    """Map a user's `model.scale` to one of SCALE_MODES (true -> sqrt, false -> none)."""
-    if isinstance(scale, bool):
-        return "sqrt" if scale else "none"
-    if isinstance(scale, str):
-        lowered = scale.strip().lower()
-        aliases = {"true": "sqrt", "on": "sqrt", "false": "none", "off": "none"}
-        lowered = aliases.get(lowered, lowered)
-        if lowered in SCALE_MODES:
-            return lowered
-    raise ValueError(f"model.scale must be one of sqrt, none, inv, true, false; got {scale!r}")
+SDPA_BACKENDS = dict(zip(SDPA_BACKEND_NAMES, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                                              SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH), strict=True))
 
 
 def scale_factor(scale, d_k: int) -> float:
     """The multiplier applied to q.k: 1/sqrt(d_k), 1, or 1/d_k."""
     mode = normalize_scale(scale)
     return {"sqrt": 1.0 / math.sqrt(d_k), "none": 1.0, "inv": 1.0 / d_k}[mode]
-
-
-def normalize_mask_fill(mask_fill) -> float:
-    """`model.mask_fill` as a float: -inf, or a large negative number such as -1e9."""
-    try:
-        value = float(mask_fill)
-    except (TypeError, ValueError):
-        value = math.nan
-    if value == -math.inf or (math.isfinite(value) and value <= -1e4):
-        return value
-    raise ValueError(f"model.mask_fill must be -inf or a finite number <= -1e4 (e.g. -1e9); got {mask_fill!r}")
 
 
 def future_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:

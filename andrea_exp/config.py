@@ -12,9 +12,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp import schema
-from andrea_exp.data import check_data
+from andrea_exp.choices import BILINEAR_NEEDS_NO_QK_LAYERNORM
+from andrea_exp.data_checks import check_data
 from andrea_exp.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
-from andrea_exp.model import BILINEAR_NEEDS_NO_QK_LAYERNORM
 
 _ABSENT = object()
 _WARMUP_DEFAULT_FILE = "train/default.yaml"

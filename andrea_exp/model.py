@@ -17,18 +17,12 @@ from andrea_exp.attention import (
     check_sdpa_backend,
     explicit_attention,
     fused_attention,
-    normalize_mask_fill,
     prefer_fused,
     scale_factor,
 )
+from andrea_exp.choices import ATTN_IMPLS, BILINEAR_NEEDS_NO_QK_LAYERNORM, LOSS_IMPLS, QK_INITS, normalize_mask_fill
 from andrea_exp.chunked_loss import linear_cross_entropy
 from andrea_exp.head_gemms import head_projection
-
-QK_INITS = ("unit", "gpt2", "torch")
-ATTN_IMPLS = ("auto", "explicit", "fused", "bilinear")
-LOSS_IMPLS = ("chunked", "plain")
-BILINEAR_NEEDS_NO_QK_LAYERNORM = ("model.attn_impl=bilinear needs model.qk_layernorm=false (the LayerNorm acts on q "
-                                  "and k, which the bilinear form never forms); use auto, explicit or fused")
 
 
 @dataclass

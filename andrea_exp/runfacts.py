@@ -56,6 +56,8 @@ def code_sha(package: Path = PACKAGE_DIR, conf: Path = CONF_DIR) -> str:
 
 def run_facts(rt: Runtime, model: Andrea, vocab_size: int) -> dict:
     gpu = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
+    # plain str: a TorchVersion in a cell's result would make the sweep's launching process import torch
+    version = str(torch.__version__)
     return {K.TRAIN_WORLD_SIZE: rt.world_size, K.MODEL_PARAMS: model.num_params(), K.SYSTEM_GPU: gpu,
-            K.SYSTEM_TORCH: torch.__version__, K.SYSTEM_CUDA: torch.version.cuda,
+            K.SYSTEM_TORCH: version, K.SYSTEM_CUDA: torch.version.cuda,
             K.DATA_LOG_VOCAB: math.log(vocab_size), K.RUN_CODE_SHA: code_sha(), **git_facts()}

@@ -19,9 +19,15 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig
 
-from andrea_exp.attention import SDPA_BACKENDS, normalize_mask_fill, normalize_scale
+from andrea_exp.choices import (
+    ATTN_IMPLS,
+    LOSS_IMPLS,
+    QK_INITS,
+    SDPA_BACKEND_NAMES,
+    normalize_mask_fill,
+    normalize_scale,
+)
 from andrea_exp.errors import ConfigError  # noqa: F401  (re-exported: raised by the rules below)
-from andrea_exp.model import ATTN_IMPLS, LOSS_IMPLS, QK_INITS
 
 
 def find_conf_dir(package_dir: Path) -> Path:
@@ -150,7 +156,7 @@ class ModelSchema:
     dropout: float = setting(Finite(low=0, high=1))
     vocab_size: int | None = setting(Integer(1), optional=True)  # null: the data's
     # how the same model is computed, not what it is: kernels and fusions that leave the results unchanged
-    sdpa_backend: str = setting(Choice(("auto", *SDPA_BACKENDS)), operational=True)
+    sdpa_backend: str = setting(Choice(("auto", *SDPA_BACKEND_NAMES)), operational=True)
     fused_qkv: bool = setting(Choice(BOOLS), operational=True)
     loss_impl: str = setting(Choice(LOSS_IMPLS), operational=True)
     loss_chunk_rows: int = setting(Integer(1), operational=True)

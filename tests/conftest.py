@@ -33,7 +33,8 @@ def data_error_line(cfg, seq_len: int) -> str:
     import re
 
     from andrea_exp.config import ConfigError
-    from andrea_exp.data import build_dataset, check_data
+    from andrea_exp.data import build_dataset
+    from andrea_exp.data_checks import check_data
 
     with pytest.raises(ConfigError) as caught:
         check_data(cfg, seq_len)

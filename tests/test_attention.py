@@ -14,12 +14,11 @@ from andrea_exp.attention import (
     explicit_attention,
     fused_attention,
     future_mask,
-    normalize_mask_fill,
-    normalize_scale,
     prefer_fused,
     scale_factor,
     sdpa_context,
 )
+from andrea_exp.choices import normalize_mask_fill, normalize_scale
 
 SCALES = ("sqrt", "none", "inv", True, False)
 # (d_k, d_v): every d_k of the brief, some with d_v != d_k

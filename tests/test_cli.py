@@ -97,3 +97,37 @@ def test_the_run_line_says_where_the_loop_time_went(capsys, tmp_path):
                      "(steps 14.1 s, probes 1.9 s, evals 0.1 s, maps 1.2 s)")
     print_run_summary({"run/status": "diverged", "run/steps": 3, "run/wall_s": 0.5}, tmp_path)  # an older summary
     assert capsys.readouterr().out.splitlines()[0] == "[andrea-exp] diverged after 3 steps in 0.5 s"
+
+
+def test_a_sweeps_launching_process_never_imports_torch():
+    """The process that composes, validates and launches a sweep's cells reads the settings' allowed values
+    from a torch-free module, and the cells' results it unpickles hold plain values, so it never spends the
+    seconds torch takes to import before the first cell starts (the cells import torch themselves)."""
+    script = """
+import sys
+from hydra import compose, initialize_config_dir
+import andrea_exp.cli, andrea_exp.mps, andrea_exp.sweep
+from andrea_exp.config import validate
+from andrea_exp.schema import CONF_DIR
+with initialize_config_dir(str(CONF_DIR), version_base=None):
+    for overrides in (["experiment=claims_grid", "model.d_k=4096", "model.scale=false"], ["model.attn_impl=bilinear"]):
+        validate(compose("config", overrides=overrides))
+print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_run_facts_hold_plain_values(tmp_path):
+    """A cell's summary travels back to the launching process by pickle: no torch type may be in it."""
+    import torch
+
+    from andrea_exp.runfacts import run_facts
+    from andrea_exp.runtime import Runtime
+
+    model = Andrea(ModelConfig(vocab_size=32, block_size=8, d_model=16, n_layer=1, n_head=2, d_k=8, d_v=8))
+    facts = run_facts(Runtime(torch.device("cpu")), model, 32)
+    assert facts["system/torch"] == torch.__version__
+    assert {key: type(value).__module__ for key, value in facts.items() if value is not None} == {
+        key: "builtins" for key, value in facts.items() if value is not None}

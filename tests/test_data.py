@@ -15,9 +15,10 @@ from conftest import data_error_line
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import andrea_exp.data as data_module
+import andrea_exp.data_checks as checks_module
 from andrea_exp.config import ConfigError
-from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset, check_data, floor_standard_error
+from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset, floor_standard_error
+from andrea_exp.data_checks import check_data
 from andrea_exp.evaluate import evaluate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -430,7 +431,7 @@ def test_unreadable_text_file(tmp_path, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(data_module, "open", denied, raising=False)  # the module's own reads only
+    monkeypatch.setattr(checks_module, "open", denied, raising=False)  # the module's own reads only
     message = one_line_config_error(text_cfg(file))
     assert message == f"data.path: {str(file)!r} cannot be read (permission denied)"
 

@@ -14,9 +14,10 @@ from conftest import data_error_line
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import andrea_exp.data as data_module
+import andrea_exp.data_checks as checks_module
 from andrea_exp.config import ConfigError
-from andrea_exp.data import TokenWindows, build_dataset, check_data
+from andrea_exp.data import TokenWindows, build_dataset
+from andrea_exp.data_checks import check_data
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 T = 8
@@ -214,7 +215,7 @@ def test_unreadable_token_file(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied")
         return open(file, *args, **kwargs)
 
-    monkeypatch.setattr(data_module, "open", denied, raising=False)
+    monkeypatch.setattr(checks_module, "open", denied, raising=False)
     expected = f"data.path: {str(root / 'train.bin')!r} cannot be read (permission denied)"
     assert config_error(tokens_cfg(root)) == expected
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from andrea_exp import metric_keys as mk
-from andrea_exp.attention import normalize_scale
+from andrea_exp.choices import normalize_scale
 from andrea_exp.rundir import (
     CHECKPOINT_DIR,
     HYDRA_DIR,
