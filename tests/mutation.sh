@@ -23,6 +23,7 @@ PYTHON="${PYTHON:-python}"
 # module -> the files mutmut mutates (space-separated)
 declare -A SOURCE=(
   [attention]="andrea_exp/attention.py"
+  [choices]="andrea_exp/choices.py"
   [data]="andrea_exp/data.py"
   [metrics]="andrea_exp/metrics.py"
   [train]="andrea_exp/train.py andrea_exp/graphed_step.py"
@@ -48,6 +49,9 @@ done
 # would run once per mutant; git_facts needs a git checkout, which the scratch copy is not)
 declare -A TESTS=(
   [attention]="tests/test_attention.py"
+  [choices]="tests/test_attention.py::test_scale_aliases tests/test_attention.py::test_bad_scale_raises_naming_the_setting
+             tests/test_attention.py::test_bad_mask_fill_raises_naming_the_setting
+             tests/test_attention.py::test_good_mask_fill_values tests/test_attention.py::test_explicit_matches_naive_loops"
   [data]="tests/test_data.py --deselect tests/test_data.py::test_briefly_trained_causal_model_stays_above_the_floor"
   [metrics]="tests/test_metrics.py tests/test_probe.py
              --deselect tests/test_probe.py::test_probes_every_step_leave_the_training_curve_identical"
@@ -66,6 +70,7 @@ declare -A TESTS=(
 # module -> mutant-name globs (mutmut's names: module.x_function, module.xǁClassǁmethod); empty: all
 declare -A FUNCTIONS=(
   [attention]=""
+  [choices]=""
   [data]="andrea_exp.data.xǁMarkovSourceǁ* andrea_exp.data.x_floor_standard_error__mutmut_* andrea_exp.data.xǁDatasetǁfloor_standard_error__mutmut_*"
   [metrics]=""
   # the stability study's controls: warmup + cosine schedule, clipping in the step, the divergence rule,
@@ -75,7 +80,7 @@ declare -A FUNCTIONS=(
   [head_gemms]=""
 )
 
-DEFAULT_MODULES=(attention data metrics train report_rules head_gemms)
+DEFAULT_MODULES=(attention choices data metrics train report_rules head_gemms)
 
 ensure_mutmut() {
   if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(m.version('mutmut') != '$MUTMUT_VERSION')" 2>/dev/null; then
