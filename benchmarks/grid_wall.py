@@ -3,9 +3,10 @@
 Runs `python -m andrea_exp -m experiment=claims_grid hydra/launcher=local_gpus cells_per_gpu=16 ...` (seed 0,
 W&B off) once per --mps value and --variant (a name and its extra overrides; the plain command first),
 alternating, each into a fresh sweep directory, and time-stamps every line the command prints, so the JSON
-says where the time went: until the first model is built (Hydra, worker processes, imports, CUDA), until the
-last cell's training has ended, and until the command returned. Per cell it reads run/wall_s (the training
-loop with its probes and evaluations) and run/time/* from summary.json.
+says where the time went: until Hydra launches the jobs (the launching process's start-up), until the first
+model is built (worker processes, their imports, CUDA), until the last cell's training has ended, and until
+the command returned. Per cell it reads run/wall_s (the training loop with its probes and evaluations) and
+run/time/* from summary.json.
 
     PYTHONPATH=. python3 benchmarks/grid_wall.py --out /tmp/grid_wall.json               # H200: about 3 minutes
     PYTHONPATH=. python3 benchmarks/grid_wall.py --smoke --out /tmp/grid_wall.json       # CPU, tiny cells
@@ -99,6 +100,9 @@ def one_run(sweep_dir: Path, mps: str, args, variant: tuple[str, list[str]] = ("
         cells[summary.parent.name] = {"status": s.get("run/status"), "wall_s": s.get("run/wall_s"),
                                       **{key: s.get(key) for key in RUN_TIME.values()}}
     return {"mps": mps, "variant": variant[0], "overrides": variant[1], "rc": code, "wall_s": round(wall, 2),
+            # Hydra prints "Launching jobs" once the launching process has composed the sweep: before it is
+            # that process's start-up, after it the workers' (imports, CUDA, the model)
+            "jobs_launched_s": first(lines, "Launching jobs"),
             "first_model_built_s": first(lines, "[andrea-exp] model "),
             "last_training_ended_s": last(lines, "[andrea-exp] finished after"),
             "mps_lines": [text for _, text in lines if "MPS" in text], "cells": cells,

@@ -153,7 +153,7 @@ def test_grid_wall_times_a_real_local_sweep_per_setting(tmp_path: Path):
     assert [(run["mps"], run["variant"]) for run in data["runs"]] == [("false", "plain"), ("false", "no_probes")]
     for run in data["runs"]:
         assert run["rc"] == 0 and run["failed_lines"] == [] and run["mps_lines"] == []
-        assert 0 < run["first_model_built_s"] < run["last_training_ended_s"] < run["wall_s"]
+        assert 0 < run["jobs_launched_s"] < run["first_model_built_s"] < run["last_training_ended_s"] < run["wall_s"]
         assert len(run["cells"]) == 2 and all(c["status"] == "finished" and c["wall_s"] > 0
                                               for c in run["cells"].values())
     plain, no_probes = data["runs"]
