@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from andrea_exp import devices, sweep, tracking
+from andrea_exp import devices, orphans, sweep, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
 from andrea_exp.metric_keys import LOOP_PHASES, RUN_TIME
 from andrea_exp.rundir import read_summary, write_summary
@@ -64,7 +64,9 @@ def run_job(cfg: DictConfig) -> dict:
         if in_sweep:
             return {"run/status": "failed"}
         sys.exit(2)
-    if in_sweep and "joblib" in str(hydra_cfg.launcher.get("_target_", "")):
+    in_worker = in_sweep and "joblib" in str(hydra_cfg.launcher.get("_target_", ""))
+    if in_worker:
+        orphans.follow_launcher()  # the worker ends, once idle, if the launching process has gone
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
@@ -72,7 +74,8 @@ def run_job(cfg: DictConfig) -> dict:
     from andrea_exp.train import AlreadyFinished, train
 
     try:
-        summary = train(cfg, run_dir)
+        with orphans.cell_running() if in_worker else contextlib.nullcontext():
+            summary = train(cfg, run_dir)
     except AlreadyFinished as done:
         discard_resume_record(run_dir, hydra_cfg)
         if _is_rank_zero():

@@ -93,3 +93,39 @@ def test_an_interrupted_sweep_cell_is_reported_as_interrupted(tmp_path):
     table_row = [line for line in out.splitlines() if line.startswith("0 ")]
     assert table_row and "interrupted" in table_row[0], out
     assert not (sweep_dir / "1").exists()  # the sweep stops: the next cell is not started
+
+
+def session_processes(session: int) -> list[str]:
+    return subprocess.run(["ps", "-s", str(session), "-o", "pid="], capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
+def test_sigterm_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no_process(tmp_path):
+    """A scheduler (or `timeout`, or `kill -- -PGID`) signals the whole process group: the launching process
+    dies at once, each worker stops its cell with a checkpoint and an `interrupted` summary, and then the
+    workers end too, instead of waiting idle for loky's 300 s timeout with their memory and the output pipe."""
+    sweep_dir = tmp_path / "sweep"
+    log = (tmp_path / "sweep.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, "train.max_steps=3000",
+                             "model.d_k=8,16", "hydra/launcher=local_gpus", "cells_per_gpu=2",
+                             f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    metrics = [sweep_dir / cell / "metrics.jsonl" for cell in ("0", "1")]
+    deadline = time.monotonic() + 120
+    while not all(m.exists() and len(m.read_text().splitlines()) >= 3 for m in metrics):
+        assert proc.poll() is None, (tmp_path / "sweep.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the cells logged no steps in time"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = session_processes(proc.pid)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert left == [], "worker processes outlived the sweep"
+    for cell in ("0", "1"):
+        summary = json.loads((sweep_dir / cell / "summary.json").read_text())
+        assert summary["run/status"] == "interrupted" and 3 <= summary["run/steps"] < 3000
+        assert (sweep_dir / cell / "checkpoints" / "latest.pt").is_file()
