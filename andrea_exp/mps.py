@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from andrea_exp.config import ConfigError
 CHOICES = ("auto", True, False)
 CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_DIR = Path("/tmp/nvidia-mps")  # where a system-wide daemon listens
+DIR_PREFIX = "andrea-mps-"  # a private daemon's directory, in the temporary directory
 
 
 def check_setting(setting) -> None:
@@ -59,14 +61,17 @@ def reasons_against(*, launcher_target: str, cells_per_gpu: int, gpus: list[str]
 class MpsDaemon:
     """A started `nvidia-cuda-mps-control -d` with its own pipe directory; `stop()` asks it to quit."""
 
-    def __init__(self, control: str, log=print):
+    def __init__(self, control: str, log=print, running_in: Path | None = None):
+        """Start a daemon in a new temporary directory or, with `running_in`, stand for the one already
+        started there (by another process, e.g. `python -m andrea_exp.mps start`)."""
         self.control, self.log = control, log
-        self.dir = Path(tempfile.mkdtemp(prefix="andrea-mps-"))  # short: the pipe is a unix socket path
+        self.dir = running_in or Path(tempfile.mkdtemp(prefix=DIR_PREFIX))  # short: the pipe is a unix socket path
         self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.dir / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(self.dir / "log")}
-        for path in self.env.values():
-            Path(path).mkdir()
-        subprocess.run([control, "-d"], env={**os.environ, **self.env}, check=True, timeout=30,
-                       capture_output=True)
+        if running_in is None:
+            for path in self.env.values():
+                Path(path).mkdir()
+            subprocess.run([control, "-d"], env={**os.environ, **self.env}, check=True, timeout=30,
+                           capture_output=True)
         self.running = True
 
     def stop(self, wait_s: float = 0.0) -> None:
@@ -161,3 +166,41 @@ class MpsCallback(Callback):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def main(argv=None) -> int:
+    """`python -m andrea_exp.mps start --cells-per-gpu N`: start a daemon that several local sweeps share (each
+    finds it set up and starts none of its own) and print the `export` line that hands it to them, or print
+    nothing where a sweep would not start one (the same reasons); `stop`: ask the daemon named by
+    CUDA_MPS_PIPE_DIRECTORY, one started by `start`, to quit in the background and remove its directory."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m andrea_exp.mps", description=main.__doc__)
+    parser.add_argument("action", choices=("start", "stop"))
+    parser.add_argument("--cells-per-gpu", type=int, default=2)
+    args = parser.parse_args(argv)
+    control = shutil.which(CONTROL)
+    if args.action == "start":
+        against = reasons_against(launcher_target="joblib", cells_per_gpu=args.cells_per_gpu,
+                                  gpus=devices.visible_gpus(), control=control, env=dict(os.environ))
+        if against:
+            print(f"[andrea-exp] MPS: no shared daemon ({', '.join(against)})", file=sys.stderr)
+            return 0
+        try:
+            daemon = MpsDaemon(control)
+        except (OSError, subprocess.SubprocessError) as err:
+            print(f"[andrea-exp] MPS: the shared daemon did not start ({type(err).__name__}); each sweep starts "
+                  "its own", file=sys.stderr)
+            return 0
+        print("export " + " ".join(f"{key}={shlex.quote(value)}" for key, value in daemon.env.items()))
+        print(f"[andrea-exp] MPS: one daemon for the sweeps that follow (in {daemon.dir})", file=sys.stderr)
+        return 0
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if control is None or pipe is None or not Path(pipe).parent.name.startswith(DIR_PREFIX):
+        return 0  # nothing of ours to stop (a system daemon is left alone)
+    MpsDaemon(control, running_in=Path(pipe).parent).stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -81,21 +81,11 @@ if [ $# -gt 0 ]; then
   exit 0
 fi
 shared_mps() {  # one MPS daemon for both lanes: a sweep that finds it set up uses it and starts none of its own
-  [ "$GPU_PRESENT" = 1 ] && [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && command -v nvidia-cuda-mps-control >/dev/null ||
-    return 0
-  MPS_DIR=$(mktemp -d /tmp/andrea-mps-XXXXXX)
-  mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
-  if CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log nvidia-cuda-mps-control -d; then
-    export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
-    # it quits once its last client has exited: asked in the background, so that the script never waits on it,
-    # and its directory removed once it has gone
-    trap '(echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; i=0
-           while [ -e "$MPS_DIR/pipe/control" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-           rm -rf "$MPS_DIR") &' EXIT
-    echo "MPS daemon for the lanes in $MPS_DIR"
-  else
-    echo "the MPS daemon did not start: each sweep starts its own" >&2
-  fi
+  local exports
+  exports=$($py -m andrea_exp.mps start --cells-per-gpu "$PAR") || return 0
+  [ -n "$exports" ] || return 0
+  eval "$exports"
+  trap '$py -m andrea_exp.mps stop' EXIT  # asks it to quit in the background, once its last client has exited
 }
 
 if [ "$LANES" = 2 ]; then  # the lanes balanced by the stages' wall times on one H200 (about 410 and 340 s alone)

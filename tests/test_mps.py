@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -100,6 +101,43 @@ def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, m
     assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and not daemon_dir.exists()
     callback.on_multirun_end(config)  # a second end (the exit hook) does nothing
     assert len(calls.read_text().splitlines()) == 3
+
+
+def test_a_daemon_shared_by_several_sweeps_is_started_handed_on_and_stopped_from_the_shell(tmp_path: Path):
+    """`python -m andrea_exp.mps start` (reproduce.sh's lanes): the same daemon and reasons as a sweep's own,
+    handed on as one `export` line; `stop` asks it to quit in the background and removes its directory."""
+    if (mps.DEFAULT_PIPE_DIR / "control").exists():
+        pytest.skip("a system MPS daemon is running here")
+    calls = tmp_path / "calls.txt"
+    control = tmp_path / "bin" / mps.CONTROL
+    control.parent.mkdir()
+    control.write_text(FAKE_CONTROL.format(calls=calls))
+    control.chmod(control.stat().st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+    env.update(PATH=f"{control.parent}{os.pathsep}{env['PATH']}", CUDA_VISIBLE_DEVICES="0")
+
+    def cli(*args, **extra):
+        return subprocess.run([sys.executable, "-m", "andrea_exp.mps", *args], capture_output=True, text=True,
+                              timeout=60, env={**env, **extra})
+
+    started = cli("start", "--cells-per-gpu", "12")
+    assert started.returncode == 0, started.stderr
+    words = shlex.split(started.stdout)
+    assert words[0] == "export" and len(words) == 3 and started.stdout.count("\n") == 1
+    handed = dict(word.split("=", 1) for word in words[1:])
+    pipe, log = Path(handed["CUDA_MPS_PIPE_DIRECTORY"]), Path(handed["CUDA_MPS_LOG_DIRECTORY"])
+    daemon_dir = pipe.parent
+    assert daemon_dir.name.startswith(mps.DIR_PREFIX) and log == daemon_dir / "log" and (pipe / "control").exists()
+    assert calls.read_text().splitlines() == [f"-d|{pipe}|{log}"]
+    assert cli("stop", **handed).returncode == 0
+    deadline = time.monotonic() + 20
+    while daemon_dir.exists() and time.monotonic() < deadline:  # the background quit, then its clean-up
+        time.sleep(0.05)
+    assert not daemon_dir.exists() and calls.read_text().splitlines()[1:] == [f"|{pipe}|{log}", "stdin:quit"]
+    nothing = cli("start", "--cells-per-gpu", "12", CUDA_VISIBLE_DEVICES="")  # a sweep would not start one
+    assert nothing.returncode == 0 and nothing.stdout == "" and "no GPU is visible" in nothing.stderr
+    system = cli("stop", CUDA_MPS_PIPE_DIRECTORY=str(mps.DEFAULT_PIPE_DIR))  # not ours: left alone
+    assert system.returncode == 0 and len(calls.read_text().splitlines()) == 3
 
 
 def test_mps_false_starts_nothing(monkeypatch):
