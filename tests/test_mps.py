@@ -67,7 +67,8 @@ read line; echo "stdin:$line" >> "{calls}"
 """
 
 
-def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, monkeypatch):
+def fake_control(tmp_path: Path) -> tuple[Path, Path]:
+    """FAKE_CONTROL installed as tmp_path/bin/nvidia-cuda-mps-control, and the file it records its calls in."""
     if (mps.DEFAULT_PIPE_DIR / "control").exists():
         pytest.skip("a system MPS daemon is running here")
     calls = tmp_path / "calls.txt"
@@ -75,6 +76,11 @@ def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, m
     control.parent.mkdir()
     control.write_text(FAKE_CONTROL.format(calls=calls))
     control.chmod(control.stat().st_mode | stat.S_IEXEC)
+    return control, calls
+
+
+def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, monkeypatch):
+    control, calls = fake_control(tmp_path)
     monkeypatch.setenv("PATH", f"{control.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
@@ -106,13 +112,7 @@ def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, m
 def test_a_daemon_shared_by_several_sweeps_is_started_handed_on_and_stopped_from_the_shell(tmp_path: Path):
     """`python -m andrea_exp.mps start` (reproduce.sh's lanes): the same daemon and reasons as a sweep's own,
     handed on as one `export` line; `stop` asks it to quit in the background and removes its directory."""
-    if (mps.DEFAULT_PIPE_DIR / "control").exists():
-        pytest.skip("a system MPS daemon is running here")
-    calls = tmp_path / "calls.txt"
-    control = tmp_path / "bin" / mps.CONTROL
-    control.parent.mkdir()
-    control.write_text(FAKE_CONTROL.format(calls=calls))
-    control.chmod(control.stat().st_mode | stat.S_IEXEC)
+    control, calls = fake_control(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
     env.update(PATH=f"{control.parent}{os.pathsep}{env['PATH']}", CUDA_VISIBLE_DEVICES="0")
 
