@@ -2,15 +2,57 @@
 
 Each function takes plain numbers already gathered by the claims code and writes one PNG.
 Series are dicts: label -> list of (x, y, spread) points, spread 0 when there is one seed.
+Inside `drawn_in_parallel()` each figure is handed to a worker process and its path returned at once:
+laying out and rasterising is most of a report's time, and no figure depends on another.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+_pool: ProcessPoolExecutor | None = None  # set inside drawn_in_parallel(); None in its workers (they draw)
+_pending: list[Future] = []
+
+
+@contextmanager
+def drawn_in_parallel(workers: int | None = None):
+    """Figures asked for in the block are drawn by up to `workers` processes (default: the CPUs, at most 8);
+    every one is on disk when the block ends, and a figure that failed raises there."""
+    global _pool
+    workers = workers or min(8, os.cpu_count() or 1)
+    if workers < 2 or _pool is not None:
+        yield
+        return
+    # spawned, not forked: a fork would copy this module's _pool into the worker and the figures' locks mid-use
+    _pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield
+        for future in _pending:
+            future.result()
+    finally:
+        pool, _pool = _pool, None
+        _pending.clear()
+        pool.shutdown(cancel_futures=True)
+
+
+def _may_be_deferred(draw):
+    """Draw now, or, inside drawn_in_parallel(), in a worker (the workers find this same wrapper by name)."""
+    @functools.wraps(draw)
+    def call(path, *args, **kwargs):
+        if _pool is None:
+            return draw(path, *args, **kwargs)
+        _pending.append(_pool.submit(call, path, *args, **kwargs))
+        return Path(path)
+    return call
 
 
 def _figure(n_rows: int = 1, n_cols: int = 1, width: float = 5.5, height: float = 3.8):
@@ -64,6 +106,7 @@ def _legend_height(n_labels: int) -> float:
     return 0.3 + 0.2 * math.ceil(n_labels / 2) if n_labels > 4 else 0.5
 
 
+@_may_be_deferred
 def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
     """Generic grid of panels: each {title, xlabel, ylabel, series, logx, logy, refs: [(label, xs, ys)]}."""
     n_cols = min(n_cols, len(panels))
@@ -92,6 +135,7 @@ def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
     return _save(fig, path)
 
 
+@_may_be_deferred
 def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int = 3) -> Path:
     """panels: each {title, curves: label -> (steps, mean, std), floor}. Mean line and a one-std band per curve."""
     n_cols = min(n_cols, len(panels))
@@ -121,6 +165,7 @@ def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int
     return _save(fig, path)
 
 
+@_may_be_deferred
 def grouped_bars(path: Path, groups: list[str], bars: dict, *, ylabel: str, title: str,
                  per_group_marks: dict | None = None) -> Path:
     """bars: bar label -> list of (value, spread) per group; per_group_marks: label -> value per group (dashes)."""

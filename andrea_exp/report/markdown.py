@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from andrea_exp import metric_keys as mk
-from andrea_exp.report import CLAIMS_FILE, REPO_DIR, rules, seeds
+from andrea_exp.report import CLAIMS_FILE, REPO_DIR, figures, rules, seeds
 from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
 from andrea_exp.report.claims import all_claims
 from andrea_exp.report.claims.common import ClaimResult
@@ -222,13 +222,15 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
                      "or metrics.jsonl)")
     study = Study(runs, group_experiments(runs), out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    results = all_claims(study)
-    lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
-    maps = copy_attention_maps(study.cells, out)
+    with figures.drawn_in_parallel():
+        results = all_claims(study)
+        lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
+        growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"))
+        maps = copy_attention_maps(study.cells, out)
     parts = [header(argv, study, machine, notes or []), summary_table(results), "", cells_table(study.cells), ""]
     parts += [claim_section(r, out) for r in results]
     parts.append(lr_text)
-    parts.append(growth_section(study.lr_cells, study.fig("logit_growth.png")))
+    parts.append(growth_text)
     parts.append("## Attention maps\n")
     if maps:
         for label, paths in maps:
