@@ -12,6 +12,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from andrea_exp import devices, orphans, sweep, tracking
+from andrea_exp import devices, orphans, sweep, sweep_stop, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
 from andrea_exp.metric_keys import LOOP_PHASES, RUN_TIME
 from andrea_exp.rundir import read_summary, write_summary
@@ -64,9 +65,16 @@ def run_job(cfg: DictConfig) -> dict:
         if in_sweep:
             return {"run/status": "failed"}
         sys.exit(2)
-    in_worker = in_sweep and "joblib" in str(hydra_cfg.launcher.get("_target_", ""))
+    in_worker = in_sweep and sweep_stop.is_local_launcher(hydra_cfg.launcher)
     if in_worker:
-        orphans.follow_launcher()  # the worker ends, once idle, if the launching process has gone
+        sweep_dir = Path(hydra_cfg.sweep.dir)
+        orphans.follow_launcher(sweep_dir)  # the worker ends, once idle, if the launching process has gone
+        stopped_by = sweep_stop.requested(sweep_dir)
+        if stopped_by is not None:  # Ctrl-C before this cell began: recorded, not started
+            summary = {"run/status": "interrupted", "run/steps": 0,
+                       "run/error": f"not started: the sweep was stopped by {signal.Signals(stopped_by).name}"}
+            write_summary(run_dir, summary, cfg)
+            return summary
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
@@ -82,6 +90,9 @@ def run_job(cfg: DictConfig) -> dict:
             print(f"[andrea-exp] {done}", flush=True)
         return done.summary
     except Interrupted as stop:
+        if in_worker:  # the launching process stops handing out cells and prints the sweep's table
+            print(f"[andrea-exp] cell {hydra_cfg.job.num} {stop}", flush=True)
+            return stop.summary
         if _is_rank_zero():
             print(f"[andrea-exp] {stop}; resume with: {resume_command(hydra_cfg, run_dir)}", flush=True)
             if in_sweep:
@@ -258,5 +269,7 @@ def main() -> None:
         sys.exit(2)
     sys.argv.extend(extra)
     _app()
+    if sweep_stop.LAUNCHER.signum is not None:
+        sys.exit(128 + sweep_stop.LAUNCHER.signum)  # as a shell reports a signal: 130 for SIGINT, 143 for SIGTERM
     if sweep.failed_cells():
         sys.exit(1)

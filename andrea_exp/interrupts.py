@@ -25,6 +25,16 @@ class Interrupted(Exception):
         self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 
 
+_active: StopRequest | None = None  # the running loop's request, for request_stop()
+
+
+def request_stop(signum: int) -> None:
+    """Ask the running loop to stop as if `signum` had arrived (from a helper thread: sweep_stop)."""
+    active = _active
+    if active is not None and active.signum is None:
+        active.signum = signum
+
+
 class StopRequest:
     """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
     gets the previous handler (Ctrl-C twice still kills a stuck run)."""
@@ -36,11 +46,15 @@ class StopRequest:
         self._previous: dict = {}
 
     def __enter__(self) -> StopRequest:
+        global _active
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
             self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        _active = self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _active
+        _active = None
         self._restore()
 
     def _restore(self) -> None:

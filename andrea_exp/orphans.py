@@ -6,7 +6,7 @@ stops its cell cleanly (the step, a checkpoint, an `interrupted` summary) and th
 cell that never comes: loky ends an idle worker only after 300 s, holding its GPU memory and the command's
 output pipe all that time. A daemon thread in each worker notices the new parent and ends the process as
 soon as no cell is running; a running cell is left to finish or to stop on its own signal, so nothing it
-writes is cut short.
+writes is cut short. The same thread tells a running cell when its sweep was stopped (`sweep_stop`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,20 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
+
+from andrea_exp import sweep_stop
 
 POLL_S = 0.5
 _cell_running = threading.Event()
 _watching = threading.Event()
+_sweep_dir: Path | None = None
 
 
-def follow_launcher(poll_s: float = POLL_S) -> None:
+def follow_launcher(sweep_dir: Path | None = None, poll_s: float = POLL_S) -> None:
     """Start the watch (once per process): call it in a worker, whose parent is the launching process."""
+    global _sweep_dir
+    _sweep_dir = sweep_dir
     if _watching.is_set():
         return
     _watching.set()
@@ -43,6 +49,8 @@ def cell_running():
 
 def _watch(launcher: int, poll_s: float) -> None:
     while os.getppid() == launcher or _cell_running.is_set():
+        if _cell_running.is_set():
+            sweep_stop.forward_to_running_cell(_sweep_dir)
         time.sleep(poll_s)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

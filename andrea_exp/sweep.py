@@ -5,12 +5,13 @@ Naming a cell (group, run name, tags) is in naming.py; the files a cell leaves a
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from andrea_exp import rundir
+from andrea_exp import rundir, sweep_stop
 from andrea_exp.metric_keys import ATTN_ENTROPY, EVAL_GAP, EVAL_LOSS_AS_TRAINED, RUN_ERROR, RUN_STATUS
 from andrea_exp.naming import split_override, sweep_axes
 from andrea_exp.tracking import offline_notice, resolve_mode
@@ -77,6 +78,8 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         _failed.clear()
+        if sweep_stop.is_local_launcher(config.hydra.launcher):
+            sweep_stop.LAUNCHER.arm(config.hydra.sweep.dir)
         mode, why = resolve_mode(str(OmegaConf.select(config, "logger.mode", default="auto")))
         if mode == "offline":
             sweep_dir = config.hydra.sweep.dir
@@ -88,3 +91,7 @@ class SweepSummary(Callback):
         _failed.clear()
         _failed.extend(failed_of(cells))
         print("\n" + sweep_report(sweep_dir, cells), flush=True)
+        sweep_stop.LAUNCHER.disarm()
+        if sweep_stop.LAUNCHER.signum is not None:
+            print(f"[andrea-exp] sweep stopped by {signal.Signals(sweep_stop.LAUNCHER.signum).name}; resume it with "
+                  f"the same command and train.resume=true hydra.sweep.dir={sweep_dir}", flush=True)

@@ -43,6 +43,9 @@ with open(out, "a") as fh:
     fh.write(json.dumps(record) + "\n")
 PY
   grep -E "cells, [0-9]+ failed|^error" "$SWEEPS/$name.log" | tail -n 2
+  case $rc in 130|143)  # the sweep stopped on Ctrl-C / SIGTERM: so does the script (and this lane), with its code
+    echo "stage $name stopped by a signal (exit $rc); resume it with the same command" >&2; exit "$rc" ;;
+  esac
 }
 
 pack() {  # the raw runs without their checkpoints (the report reads metrics.jsonl, summary.json, .hydra/)
@@ -91,8 +94,12 @@ shared_mps() {  # one MPS daemon for both lanes: a sweep that finds it set up us
 if [ "$LANES" = 2 ]; then  # the lanes balanced by the stages' wall times on one H200 (about 410 and 340 s alone)
   shared_mps
   (for name in lr_sensitivity extras; do run_stage "$name"; done) &
+  lane_a=$!
   (for name in scaling_at_init claims_grid qk_init leak_gap; do run_stage "$name"; done) &
-  wait
+  lane_b=$!
+  wait "$lane_a"; rc_a=$?
+  wait "$lane_b"; rc_b=$?
+  for rc in $rc_a $rc_b; do case $rc in 130|143) exit "$rc" ;; esac; done
 else
   for name in scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras; do run_stage "$name"; done
 fi

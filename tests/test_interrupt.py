@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp import checkpoint
+from andrea_exp import checkpoint, sweep_stop
 
 SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
          "data.train_sequences=200", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=200",
@@ -99,15 +99,12 @@ def session_processes(session: int) -> list[str]:
     return subprocess.run(["ps", "-s", str(session), "-o", "pid="], capture_output=True, text=True).stdout.split()
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
-def test_sigterm_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no_process(tmp_path):
-    """A scheduler (or `timeout`, or `kill -- -PGID`) signals the whole process group: the launching process
-    dies at once, each worker stops its cell with a checkpoint and an `interrupted` summary, and then the
-    workers end too, instead of waiting idle for loky's 300 s timeout with their memory and the output pipe."""
+def start_local_sweep(tmp_path, cells: str) -> tuple[subprocess.Popen, Path]:
+    """A local_gpus sweep, two cells at a time, in a session of its own; returns once cells 0 and 1 train."""
     sweep_dir = tmp_path / "sweep"
     log = (tmp_path / "sweep.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, "train.max_steps=3000",
-                             "model.d_k=8,16", "hydra/launcher=local_gpus", "cells_per_gpu=2",
+                             f"model.d_k={cells}", "hydra/launcher=local_gpus", "cells_per_gpu=2",
                              f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     metrics = [sweep_dir / cell / "metrics.jsonl" for cell in ("0", "1")]
@@ -116,7 +113,11 @@ def test_sigterm_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no_
         assert proc.poll() is None, (tmp_path / "sweep.log").read_text()[-3000:]
         assert time.monotonic() < deadline, "the cells logged no steps in time"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGTERM)
+    return proc, sweep_dir
+
+
+def wait_for_session_to_end(proc: subprocess.Popen) -> list[str]:
+    """The processes of the sweep's session still alive 30 s after its launching process ended (killed then)."""
     proc.wait(timeout=60)
     deadline = time.monotonic() + 30
     while session_processes(proc.pid) and time.monotonic() < deadline:
@@ -124,8 +125,47 @@ def test_sigterm_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no_
     left = session_processes(proc.pid)
     if left:
         os.killpg(proc.pid, signal.SIGKILL)
-    assert left == [], "worker processes outlived the sweep"
+    return left
+
+
+def assert_stopped_cleanly(sweep_dir: Path, cell: str) -> None:
+    summary = json.loads((sweep_dir / cell / "summary.json").read_text())
+    assert summary["run/status"] == "interrupted" and 3 <= summary["run/steps"] < 3000
+    assert (sweep_dir / cell / "checkpoints" / "latest.pt").is_file()
+    assert not list((sweep_dir / cell / "checkpoints").glob("*.tmp"))  # no checkpoint cut short
+    assert checkpoint.load(sweep_dir / cell / "checkpoints")["step"] == summary["run/steps"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no_process(tmp_path, signum):
+    """Ctrl-C in a terminal (SIGINT) or a scheduler, `timeout`, `kill -- -PGID` (SIGTERM) signal the whole
+    process group: each running cell stops with a checkpoint and an `interrupted` summary, the cell not yet
+    started is recorded as interrupted at step 0, the sweep prints its table and exits 128 + signal, and no
+    worker is left waiting for loky's 300 s idle timeout."""
+    proc, sweep_dir = start_local_sweep(tmp_path, "8,16,32")
+    os.killpg(proc.pid, signum)
+    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
+    log = (tmp_path / "sweep.log").read_text()
+    assert proc.returncode == 128 + signum, log[-3000:]
     for cell in ("0", "1"):
-        summary = json.loads((sweep_dir / cell / "summary.json").read_text())
-        assert summary["run/status"] == "interrupted" and 3 <= summary["run/steps"] < 3000
-        assert (sweep_dir / cell / "checkpoints" / "latest.pt").is_file()
+        assert_stopped_cleanly(sweep_dir, cell)
+    late = json.loads((sweep_dir / "2" / "summary.json").read_text())
+    assert late["run/status"] == "interrupted" and late["run/steps"] == 0
+    assert late["run/error"] == f"not started: the sweep was stopped by {signal.Signals(signum).name}"
+    assert not (sweep_dir / "2" / "metrics.jsonl").exists()
+    assert "3 cells, 0 failed" in log and "Traceback" not in log and "KeyboardInterrupt" not in log
+    assert f"train.resume=true hydra.sweep.dir={sweep_dir}" in log
+    assert not (sweep_dir / sweep_stop.MARKER).exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
+def test_a_signal_to_the_launching_process_alone_reaches_the_running_cells(tmp_path):
+    """`kill PID` of the launching process: its workers get no signal, so it tells them through the sweep
+    directory; they stop as cleanly as after a signal of their own."""
+    proc, sweep_dir = start_local_sweep(tmp_path, "8,16")
+    os.kill(proc.pid, signal.SIGTERM)
+    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
+    assert proc.returncode == 143, (tmp_path / "sweep.log").read_text()[-3000:]
+    for cell in ("0", "1"):
+        assert_stopped_cleanly(sweep_dir, cell)

@@ -39,9 +39,9 @@ def test_an_unknown_stage_is_one_line_naming_the_stages(tmp_path):
     assert not (tmp_path / "p.tar.gz").exists()  # checked before any stage ran, pack included
 
 
-def test_lanes_run_every_stage_once_and_side_by_side(tmp_path):
-    """LANES=2: the two lanes start together and together run each of the eight sweeps once (a stand-in
-    interpreter records each `-m andrea_exp` sweep instead of training; everything else is real Python)."""
+def stand_in_python(tmp_path: Path, stopped: str = "") -> tuple[Path, Path]:
+    """An interpreter that records each `-m andrea_exp` sweep instead of training (everything else is real
+    Python); the sweep named `stopped` exits 130, as a sweep stopped by Ctrl-C does."""
     import sys
 
     record = tmp_path / "sweeps.log"
@@ -49,18 +49,25 @@ def test_lanes_run_every_stage_once_and_side_by_side(tmp_path):
     fake.write_text(f"""#!/usr/bin/env bash
 if [ "$1 $2" = "-m andrea_exp" ]; then
   for a in "$@"; do case $a in hydra.sweep.dir=*) name=${{a##*/}};; esac; done
-  echo "start $name $(date +%s.%N)" >> {record}; sleep 1; echo "end $name $(date +%s.%N)" >> {record}; exit 0
+  echo "start $name $(date +%s.%N)" >> {record}; sleep 1; echo "end $name $(date +%s.%N)" >> {record}
+  [ "$name" = "{stopped}" ] && exit 130; exit 0
 fi
-if [ "$1 $2" = "-m andrea_exp.report" ]; then exit 0; fi
+if [ "$1 $2" = "-m andrea_exp.report" ]; then echo report >> {record}; exit 0; fi
 exec {sys.executable} "$@"
 """)
     fake.chmod(0o755)
+    return fake, record
+
+
+def test_lanes_run_every_stage_once_and_side_by_side(tmp_path):
+    """LANES=2: the two lanes start together and together run each of the eight sweeps once."""
+    fake, record = stand_in_python(tmp_path)
     done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "LANES": "2", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
                                "RESULTS": str(tmp_path / "res")})
     assert done.returncode == 0, done.stderr
     assert "(2 lanes, 12 cells at a time in each)" in done.stdout
-    events = [line.split() for line in record.read_text().splitlines()]
+    events = [line.split() for line in record.read_text().splitlines() if line != "report"]
     starts = {name: float(t) for kind, name, t in events if kind == "start"}
     ends = {name: float(t) for kind, name, t in events if kind == "end"}
     assert sorted(starts) == sorted(["scaling_at_init", "claims_grid_seed0", "claims_grid_seed12", "qk_init",
@@ -74,3 +81,27 @@ def test_a_bad_lanes_value_is_one_line_naming_the_choices(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == "LANES must be 1 or 2; got '3'"
     assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_stage_stopped_by_a_signal_stops_the_script_with_its_code(tmp_path):
+    """Ctrl-C stops the running sweep cleanly (it exits 130): no later stage and no report follow it."""
+    fake, record = stand_in_python(tmp_path, stopped="claims_grid_seed0")
+    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LANES": "1", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
+                               "RESULTS": str(tmp_path / "res")})
+    assert done.returncode == 130, done.stderr
+    started = [line.split()[1] for line in record.read_text().splitlines() if line.startswith("start")]
+    assert started == ["scaling_at_init", "claims_grid_seed0"]
+    assert "report" not in record.read_text()
+    assert "stage claims_grid_seed0 stopped by a signal (exit 130)" in done.stderr
+
+
+def test_a_lane_stopped_by_a_signal_stops_the_script_before_the_report(tmp_path):
+    fake, record = stand_in_python(tmp_path, stopped="lr_sensitivity")
+    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LANES": "2", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
+                               "RESULTS": str(tmp_path / "res")})
+    assert done.returncode == 130, done.stderr
+    started = [line.split()[1] for line in record.read_text().splitlines() if line.startswith("start")]
+    assert "extras_inv" not in started  # lane A stopped after its first stage
+    assert "report" not in record.read_text()
