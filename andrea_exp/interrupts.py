@@ -7,13 +7,13 @@ restored on exit, a second signal kills)."""
 from __future__ import annotations
 
 import signal
-import threading
 
 import torch
 import torch.distributed as dist
 
 from andrea_exp import metric_keys as K
 from andrea_exp.runtime import Runtime
+from andrea_exp.signals import FirstSignal
 
 
 class Interrupted(Exception):
@@ -35,36 +35,20 @@ def request_stop(signum: int) -> None:
         active.signum = signum
 
 
-class StopRequest:
+class StopRequest(FirstSignal):
     """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
     gets the previous handler (Ctrl-C twice still kills a stuck run)."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict = {}
-
     def __enter__(self) -> StopRequest:
         global _active
-        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        self.take()
         _active = self
         return self
 
     def __exit__(self, *exc) -> None:
         global _active
         _active = None
-        self._restore()
-
-    def _restore(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous = {}
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-        self._restore()
+        self.give_back()
 
     def agreed(self, rt: Runtime, at_sync_point: bool) -> bool:
         """Stop now? Under DDP every process must stop at the same step: they agree at window flushes."""

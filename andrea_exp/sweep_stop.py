@@ -17,11 +17,11 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-import threading
 from pathlib import Path
 
+from andrea_exp.signals import FirstSignal
+
 MARKER = ".stop-requested"  # in the sweep directory; holds the signal's name
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def is_local_launcher(launcher_cfg) -> bool:
@@ -38,35 +38,26 @@ def requested(sweep_dir: Path | str) -> int | None:
     return int(getattr(signal.Signals, name, signal.SIGTERM))
 
 
-class LauncherStop:
+class LauncherStop(FirstSignal):
     """In the launching process, for one sweep: `arm` before the cells start, `disarm` once they are done."""
 
     def __init__(self):
-        self.signum: int | None = None
+        super().__init__()
         self._sweep_dir: Path | None = None
-        self._previous: dict = {}
 
     def arm(self, sweep_dir: Path | str) -> None:
         self.signum, self._sweep_dir = None, Path(sweep_dir)
         with contextlib.suppress(FileNotFoundError):
             (self._sweep_dir / MARKER).unlink()  # left by an earlier, stopped start of this sweep: resumed now
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        self.take()
 
     def disarm(self) -> None:
-        self._restore()
+        self.give_back()
         if self._sweep_dir is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self._sweep_dir / MARKER).unlink()
 
-    def _restore(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous = {}
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-        self._restore()
+    def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
         self._sweep_dir.mkdir(parents=True, exist_ok=True)
         (self._sweep_dir / MARKER).write_text(name + "\n")

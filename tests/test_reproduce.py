@@ -83,25 +83,27 @@ def test_a_bad_lanes_value_is_one_line_naming_the_choices(tmp_path):
     assert not (tmp_path / "sweeps").exists()
 
 
+def stopped_run(tmp_path: Path, lanes: str, stage: str) -> tuple[subprocess.CompletedProcess, list[str], str]:
+    """The whole script with `stage` exiting 130: (the run, the sweeps started in order, the record)."""
+    fake, record = stand_in_python(tmp_path, stopped=stage)
+    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LANES": lanes, "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
+                               "RESULTS": str(tmp_path / "res")})
+    text = record.read_text()
+    return done, [line.split()[1] for line in text.splitlines() if line.startswith("start")], text
+
+
 def test_a_stage_stopped_by_a_signal_stops_the_script_with_its_code(tmp_path):
     """Ctrl-C stops the running sweep cleanly (it exits 130): no later stage and no report follow it."""
-    fake, record = stand_in_python(tmp_path, stopped="claims_grid_seed0")
-    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "LANES": "1", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
-                               "RESULTS": str(tmp_path / "res")})
+    done, started, record = stopped_run(tmp_path, "1", "claims_grid_seed0")
     assert done.returncode == 130, done.stderr
-    started = [line.split()[1] for line in record.read_text().splitlines() if line.startswith("start")]
     assert started == ["scaling_at_init", "claims_grid_seed0"]
-    assert "report" not in record.read_text()
+    assert "report" not in record
     assert "stage claims_grid_seed0 stopped by a signal (exit 130)" in done.stderr
 
 
 def test_a_lane_stopped_by_a_signal_stops_the_script_before_the_report(tmp_path):
-    fake, record = stand_in_python(tmp_path, stopped="lr_sensitivity")
-    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "LANES": "2", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
-                               "RESULTS": str(tmp_path / "res")})
+    done, started, record = stopped_run(tmp_path, "2", "lr_sensitivity")
     assert done.returncode == 130, done.stderr
-    started = [line.split()[1] for line in record.read_text().splitlines() if line.startswith("start")]
     assert "extras_inv" not in started  # lane A stopped after its first stage
-    assert "report" not in record.read_text()
+    assert "report" not in record

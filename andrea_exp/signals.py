@@ -1,0 +1,34 @@
+"""The first SIGINT / SIGTERM taken as a request, the handlers that were there before put back for the second
+(Ctrl-C twice still kills). Shared by a run's stop request (interrupts.py) and a local sweep's (sweep_stop.py);
+free of torch."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+class FirstSignal:
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def take(self) -> None:
+        """From now on the first signal is ours (only the main thread may set handlers; elsewhere: none)."""
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+
+    def give_back(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        self.give_back()
+        self.on_signal(signum)
+
+    def on_signal(self, signum: int) -> None:
+        """What else the first signal does (nothing here)."""
