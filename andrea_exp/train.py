@@ -224,8 +224,10 @@ def load_resume_state(cfg, run_dir: Path, settings: dict, is_main: bool) -> dict
     ckpt_dir = run_dir / CHECKPOINT_DIR
     state = checkpoint.load(ckpt_dir)
     if state is None:
-        if is_main:
-                print(f"[andrea-exp] train.resume=true but {ckpt_dir} holds no checkpoint; starting from step 0 "
+        if is_main and read_summary(run_dir).get(K.RUN_STEPS) == 0:  # a sweep stopped before this cell began
+            print(f"[andrea-exp] {run_dir} never started; starting it from step 0", flush=True)
+        elif is_main:
+            print(f"[andrea-exp] train.resume=true but {ckpt_dir} holds no checkpoint; starting from step 0 "
                   "(resume needs the run's own hydra.run.dir)", flush=True)
         return None
     checkpoint.check_settings(state["extra"].get("settings"), settings, ckpt_dir / checkpoint.LATEST)
