@@ -536,3 +536,20 @@ def test_distinct_cells_keep_the_first_finished_copy_their_labels_and_one_entry_
     cells = [Cell({"x": 1}, [first], "exp_a", LR_SWEEP), Cell({"x": 2}, [again, first], "exp_b")]
     kept = distinct_cells(cells)
     assert [(c.experiment, c.kind, c.runs) for c in kept] == [("exp_a", LR_SWEEP, [first])]
+
+
+def test_a_vote_on_the_one_seed_of_three_that_trained_is_flagged(tmp_path):
+    """Unmasked, only seed 0 trains (the others stay near l_0 = 4): the place is judged on that seed alone,
+    1 of 1, and the verdict says a rerun can change it; with all three trained nothing is flagged."""
+    from andrea_exp.report.markdown import THIN_WARNING, claim_section, summary_table
+
+    parts, result = c7_parts(leak_runs([0.5, 3.9, 3.9]), tmp_path)
+    below = parts["loss as trained below the floor"]
+    assert below.ok and below.thin and "(>= 1 of 1 seeds)" in below.threshold
+    assert not parts[c7.CAUSAL_CONTROL].thin  # the causal control trained in all three seeds
+    assert THIN_WARNING in summary_table([result]) and THIN_WARNING in claim_section(result, tmp_path)
+    _, steady = c7_parts(leak_runs([0.5, 0.5, 0.5]), tmp_path)
+    assert not any(c.thin for c in steady.checks)
+    assert THIN_WARNING not in summary_table([steady]) and THIN_WARNING not in claim_section(steady, tmp_path)
+    one_planned = seed_check({}, {0: 1.0}, bool, "", float, runs=[make_run(0)])
+    assert not one_planned.thin  # one seed planned, one gave a value: nothing missing, no flag

@@ -24,6 +24,8 @@ from andrea_exp.report.table import md_table
 from andrea_exp.runfacts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
+THIN_WARNING = ("WARNING: a voted check behind this verdict rests on one seed of its place's several (the others "
+                "gave no value, e.g. did not train): a rerun can change the verdict")
 
 
 class NoRuns(ValueError):
@@ -172,6 +174,9 @@ def claim_section(result: ClaimResult, out: Path) -> str:
              f"**Verdict: {v.verdict}**" + (f" ({v.condition})" if v.condition else ""), ""]
     lines += [thresholds_line(result), ""] if result.thresholds else []
     lines += [SHORT_WARNING, ""] if any(c.short for c in voted) else []
+    thin = dict.fromkeys(" ".join(t for t in (c.where.get("part", ""), _where_text(c.where)) if t)
+                         for c in voted if c.thin)
+    lines += [THIN_WARNING + ": " + "; ".join(thin), ""] if thin else []
     lines += [f"Voted checks passed: {passed} of {len(voted)} ({len(result.checks) - len(voted)} more shown, not "
               f"voted). Rule: {result.rule}", ""]
     failed = [c for c in voted if not c.ok]
@@ -209,8 +214,11 @@ def thresholds_line(result: ClaimResult) -> str:
 
 
 def summary_table(results: list[ClaimResult]) -> str:
-    rows = [[r.id, r.title, r.verdict.verdict, "; ".join(t for t in (r.verdict.condition, SHORT_WARNING if any(
-             c.short for c in r.checks if c.vote) else "") if t)] for r in results]
+    def warnings(r: ClaimResult) -> tuple[str, str]:
+        voted = [c for c in r.checks if c.vote]
+        return SHORT_WARNING if any(c.short for c in voted) else "", THIN_WARNING if any(c.thin for c in voted) else ""
+    rows = [[r.id, r.title, r.verdict.verdict, "; ".join(t for t in (r.verdict.condition, *warnings(r)) if t)]
+            for r in results]
     return "## Verdicts\n\n" + md_table(["claim", "statement", "verdict", "condition / detail"], rows)
 
 

@@ -40,6 +40,7 @@ class Check:
     distance: float | None = None  # signed distance from the threshold: > 0 on the passing side
     vote: bool = True  # False: shown in the claim's table, left out of its verdict
     short: bool = False  # some of its runs are shorter than the report's minimum (a warning goes with it)
+    thin: bool = False  # its vote rests on one seed of its place's several (the rest gave no value)
 
 
 @dataclass

@@ -96,7 +96,8 @@ def paired(a: Cell, b: Cell, fn_a, fn_b, combine) -> dict:
 def seed_check(where: dict, values: dict, passes, threshold: str, distance, runs=(), vote: bool = True
                ) -> Check | None:
     """One Check from per-seed values: passes(v) per seed, the place by the vote; None without values.
-    distance(mean) is the signed distance of the seeds' mean from the threshold (> 0: passing side)."""
+    distance(mean) is the signed distance of the seeds' mean from the threshold (> 0: passing side).
+    runs: the place's runs (all its seeds, also those that gave no value), for the short and thin flags."""
     if not values:
         return None
     seeds = sorted(values, key=str)
@@ -104,5 +105,6 @@ def seed_check(where: dict, values: dict, passes, threshold: str, distance, runs
     st = stat(values[s] for s in seeds)
     shown = ", ".join(f"{s}: {values[s]:.3g}" + ("" if ok else " x") for s, ok in zip(seeds, oks))
     text = f"{st}; seeds {shown}; {sum(oks)} of {len(oks)} pass"
+    thin = len(oks) == 1 and len({r.seed for r in runs}) > 1  # e.g. one seed of three trained: 1 of 1 decides
     return Check(where, seed_vote(oks), text, f"{threshold} (>= {seeds_needed(len(oks))} of {len(oks)} seeds)",
-                 distance=distance(st.mean), vote=vote, short=any(is_short(r) for r in runs))
+                 distance=distance(st.mean), vote=vote, short=any(is_short(r) for r in runs), thin=thin)

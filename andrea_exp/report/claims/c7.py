@@ -100,7 +100,7 @@ def claim(study: Study) -> ClaimResult:
         if not cell.runs:
             continue
         margins |= {margin_of(r) for r in cell.runs}
-        runs = cell.runs
+        runs = full_cell.runs  # every seed of the place: a vote on fewer is flagged (Check.thin)
         if cell.get("model.causal"):
             found = [seed_check({"part": CAUSAL_CONTROL, **ctx}, per_seed(cell, _below), lambda v: v <= 0,
                                 "floor - loss - margin <= 0", lambda m: -m, runs)]
