@@ -553,3 +553,4 @@ def test_a_vote_on_the_one_seed_of_three_that_trained_is_flagged(tmp_path):
     assert THIN_WARNING not in summary_table([steady]) and THIN_WARNING not in claim_section(steady, tmp_path)
     one_planned = seed_check({}, {0: 1.0}, bool, "", float, runs=[make_run(0)])
     assert not one_planned.thin  # one seed planned, one gave a value: nothing missing, no flag
+    assert seed_check({}, {0: 1.0}, bool, "", float, runs=[make_run(0), make_run(1)]).thin  # 1 of 2 gave one
