@@ -75,7 +75,7 @@ def run_job(cfg: DictConfig) -> dict:
                        "run/error": f"not started: the sweep was stopped by {signal.Signals(stopped_by).name}"}
             write_summary(run_dir, summary, cfg)
             return summary
-        device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
+        device = devices.assign_device(cfg, sweep_dir, hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
     from andrea_exp.interrupts import Interrupted  # torch imports kept out of config errors' path
