@@ -227,7 +227,7 @@ def discard_resume_record(run_dir: Path, hydra_cfg) -> None:
 def resume_command(hydra_cfg, run_dir: Path) -> str:
     """The command that continues this run: its own overrides, train.resume=true, its run directory."""
     dropped = ("train.resume", "hydra.run.dir", "hydra.output_subdir")
-    kept = [str(o) for o in hydra_cfg.overrides.task if str(o).partition("=")[0].lstrip("+~") not in dropped]
+    kept = sweep.overrides_without(hydra_cfg.overrides.task, dropped)
     where = f"hydra.run.dir={shlex.quote(str(run_dir))}"
     return " ".join(["andrea-exp", *map(shlex.quote, kept), "train.resume=true", where])
 

@@ -5,6 +5,7 @@ Naming a cell (group, run name, tags) is in naming.py; the files a cell leaves a
 
 from __future__ import annotations
 
+import shlex
 import signal
 from pathlib import Path
 
@@ -93,5 +94,22 @@ class SweepSummary(Callback):
         print("\n" + sweep_report(sweep_dir, cells), flush=True)
         sweep_stop.LAUNCHER.disarm()
         if sweep_stop.LAUNCHER.signum is not None:
-            print(f"[andrea-exp] sweep stopped by {signal.Signals(sweep_stop.LAUNCHER.signum).name}; resume it with "
-                  f"the same command and train.resume=true hydra.sweep.dir={sweep_dir}", flush=True)
+            print(f"[andrea-exp] sweep stopped by {signal.Signals(sweep_stop.LAUNCHER.signum).name}; resume it with: "
+                  f"{sweep_resume_command(config, sweep_dir)}", flush=True)
+
+
+# set by Hydra or by the resume itself: the resume line names the sweep directory and -m instead
+_NOT_REPEATED = ("hydra.mode", "hydra.sweep.dir", "hydra.output_subdir", "train.resume")
+
+
+def overrides_without(overrides, names) -> list[str]:
+    """The command-line overrides that set none of `names` (a `+` or `~` prefix counts as the name)."""
+    return [str(o) for o in overrides if str(o).partition("=")[0].lstrip("+~") not in names]
+
+
+def sweep_resume_command(config: DictConfig, sweep_dir: Path) -> str:
+    """The command that resumes a stopped sweep: its own overrides (Hydra's and the task's, sweep axes as
+    given), train.resume=true and its sweep directory. Cells that finished are left as they are."""
+    kept = overrides_without([*config.hydra.overrides.hydra, *config.hydra.overrides.task], _NOT_REPEATED)
+    return " ".join(["andrea-exp", "-m", *map(shlex.quote, kept), "train.resume=true",
+                     f"hydra.sweep.dir={shlex.quote(str(sweep_dir))}"])

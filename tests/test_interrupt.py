@@ -99,11 +99,11 @@ def session_processes(session: int) -> list[str]:
     return subprocess.run(["ps", "-s", str(session), "-o", "pid="], capture_output=True, text=True).stdout.split()
 
 
-def start_local_sweep(tmp_path, cells: str) -> tuple[subprocess.Popen, Path]:
+def start_local_sweep(tmp_path, cells: str, steps: int = 3000) -> tuple[subprocess.Popen, Path]:
     """A local_gpus sweep, two cells at a time, in a session of its own; returns once cells 0 and 1 train."""
     sweep_dir = tmp_path / "sweep"
     log = (tmp_path / "sweep.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, "train.max_steps=3000",
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, f"train.max_steps={steps}",
                              f"model.d_k={cells}", "hydra/launcher=local_gpus", "cells_per_gpu=2",
                              f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -155,8 +155,32 @@ def test_a_signal_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no
     assert late["run/error"] == f"not started: the sweep was stopped by {signal.Signals(signum).name}"
     assert not (sweep_dir / "2" / "metrics.jsonl").exists()
     assert "3 cells, 0 failed" in log and "Traceback" not in log and "KeyboardInterrupt" not in log
-    assert f"train.resume=true hydra.sweep.dir={sweep_dir}" in log
+    assert log.count("resume it with: andrea-exp -m ") == 1
     assert not (sweep_dir / sweep_stop.MARKER).exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
+def test_the_printed_sweep_command_finishes_every_cell(tmp_path):
+    """The line a stopped sweep prints is the whole command: run as printed, it resumes the stopped cells
+    from their checkpoints and runs the one never started, with the sweep's own overrides."""
+    proc, sweep_dir = start_local_sweep(tmp_path, "8,16,32", steps=1500)
+    os.killpg(proc.pid, signal.SIGINT)
+    wait_for_session_to_end(proc)
+    log = (tmp_path / "sweep.log").read_text()
+    command = log.split("resume it with: ", 1)[1].splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[:2] == ["andrea-exp", "-m"] and "model.d_k=8,16,32" in argv and "cells_per_gpu=2" in argv
+    assert argv[-2:] == ["train.resume=true", f"hydra.sweep.dir={sweep_dir}"]
+    stopped_at = {cell: json.loads((sweep_dir / cell / "summary.json").read_text())["run/steps"] for cell in "01"}
+    resumed = subprocess.run([sys.executable, "-m", "andrea_exp", *argv[1:]], env=ENV, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for cell in "012":
+        summary = json.loads((sweep_dir / cell / "summary.json").read_text())
+        assert (summary["run/status"], summary["run/steps"]) == ("finished", 1500)
+    for cell, step in stopped_at.items():
+        assert f"resuming {sweep_dir / cell} from step {step}" in resumed.stdout
+    assert f"{sweep_dir / '2'} never started" in resumed.stdout
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
