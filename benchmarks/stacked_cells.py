@@ -38,7 +38,7 @@ class StackedCells:
         cfg = models[0].cfg
         self.C, self.D, self.H, self.d_k, self.d_v = len(models), cfg.d_model, cfg.n_head, cfg.d_k, cfg.d_v
         self.bilinear = cfg.d_k > 256
-        self.scales = [(cfg.d_k ** -0.5) if s else 1.0 for s in scaled]
+        self.scales = torch.tensor([(cfg.d_k ** -0.5) if s else 1.0 for s in scaled], dtype=torch.float64)
         self.causal = list(causal)
 
         def stack(get, transpose=False):
@@ -69,6 +69,7 @@ class StackedCells:
     def to(self, device):
         for t in self.parameters():
             t.data = t.data.to(device)
+        self.scales = self.scales.to(device)  # made before a CUDA graph's capture, which copies nothing from the host
         return self
 
     @staticmethod
@@ -82,13 +83,13 @@ class StackedCells:
         qkv = torch.bmm(h, layer["qkv"])  # (C, B*T, H*(2 d_k + d_v))
         q, k, v = qkv.split([H * d_k, H * d_k, H * d_v], dim=-1)
         v = v.view(C, B, T, H, d_v).transpose(2, 3)  # (C, B, H, T, d_v)
-        scale = torch.tensor(self.scales, dtype=h.dtype, device=h.device).view(C, 1, 1, 1, 1)
+        scale = self.scales.to(qkv.dtype).view(C, 1, 1, 1, 1)  # under autocast the GEMMs' dtype
         if self.bilinear:  # q_i . k_j = x_i (W_q,h^T W_k,h) x_j^T: a (D, D) form per cell and head
             w_q = layer["qkv"][..., : H * d_k].reshape(C, D, H, d_k).permute(0, 2, 1, 3)  # (C, H, D, d_k)
             w_k = layer["qkv"][..., H * d_k: 2 * H * d_k].reshape(C, D, H, d_k).permute(0, 2, 3, 1)  # (C, H, d_k, D)
             form = torch.matmul(w_q, w_k)  # (C, H, D, D)
-            x = h.view(C, 1, B * T, D)
-            left = torch.matmul(x, form).view(C, H, B, T, D).transpose(1, 2)  # (C, B, H, T, D)
+            x = h.to(qkv.dtype).view(C, 1, B * T, D)
+            left = torch.matmul(x, form.to(qkv.dtype)).view(C, H, B, T, D).transpose(1, 2)  # (C, B, H, T, D)
             q, k = left * scale, x.view(C, B, 1, T, D).expand(C, B, H, T, D)
         else:
             q = q.view(C, B, T, H, d_k).transpose(2, 3) * scale  # (C, B, H, T, d_k)
@@ -178,7 +179,7 @@ def check_losses(d_k: int, smoke: bool) -> dict:
 def time_stacked(d_k: int, count: int, steps: int, device) -> float:
     """ms per step of `count` cells as one CUDA-graphed stacked step (B 32, T 128, bf16 autocast)."""
     models, scaled, causal = grid_models(d_k, False, device, count)
-    cells = StackedCells(models, scaled, causal)
+    cells = StackedCells(models, scaled, causal).to(device)
     del models
     optimizer = torch.optim.AdamW(cells.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, fused=True,
                                   capturable=True)
@@ -209,6 +210,20 @@ def time_stacked(d_k: int, count: int, steps: int, device) -> float:
     return (time.perf_counter() - started) / steps * 1e3
 
 
+def time_package_cell(d_k: int, steps: int) -> float:
+    """ms per step of one cell as train() builds its step (the package's model, CUDA-graphed), same process."""
+    from benchmarks.claims_grid_speed import cell_overrides
+    from benchmarks.common import compose_cfg, warmed_cell
+
+    rt, _, _, step, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), steps)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for x, y in batches:
+        step(x, y)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / steps * 1e3
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--d-k", type=int, nargs="+", default=[64, 256, 4096])
@@ -222,6 +237,9 @@ def main(argv=None) -> dict:
         result["gpu"] = torch.cuda.get_device_name()
         result["ms_per_step"] = {}
         for d_k in args.d_k:
+            ms = time_package_cell(d_k, args.steps)
+            result["ms_per_step"][f"d_k={d_k} package cell"] = {"ms": round(ms, 3), "ms_per_cell": round(ms, 3)}
+            print(f"[stacked] d_k {d_k}, the package's own graphed step: {ms:.3f} ms", flush=True)
             for count in args.cells:
                 ms = time_stacked(d_k, count, args.steps, torch.device("cuda"))
                 result["ms_per_step"][f"d_k={d_k} cells={count}"] = {"ms": round(ms, 3),
