@@ -180,10 +180,13 @@ def test_fast_paths_train_like_the_plain_path_in_float32(fast):
     a, b = train_losses(plain), train_losses(other)
     # float32, 4 AdamW steps: observed loss differences ~1e-7; a wrong gradient moves the loss by >1e-3
     assert a == pytest.approx(b, rel=2e-6, abs=2e-6)
-    # Adam divides by sqrt(v): an element whose gradient is ~0 can move by a rounding-level amount
-    # (observed 1.3e-6); an element stepped the wrong way differs by ~2 lr = 6e-3
+    # Adam divides by sqrt(v): an element whose gradient is ~0 moves by lr * m / sqrt(v), where rounding of a
+    # tiny m and v shows (observed up to 1.2e-5 on one element of 4096, by CPU); an element stepped the wrong
+    # way differs by ~2 lr = 6e-3, and a wrong gradient moves most elements of its tensor by ~lr
     for (name, pa), pb in zip(plain.named_parameters(), other.parameters()):
-        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+        diff = (pa - pb).abs()
+        assert diff.max() < 1e-3, f"{name}: an element differs by {diff.max():.3g}"
+        assert (diff > 1e-5).float().mean() <= 1e-3, f"{name}: {int((diff > 1e-5).sum())} elements differ by > 1e-5"
 
 
 def test_chunked_loss_under_bf16_autocast_matches_plain():
