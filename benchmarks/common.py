@@ -87,3 +87,10 @@ def timed(fn, repeats: int, sync) -> float:
         fn()
     sync()
     return (time.perf_counter() - started) / repeats
+
+
+def write_result(path: Path | None, result: dict) -> None:
+    """The benchmark's JSON at `path` (folders made as needed); nothing when no path was asked for."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")

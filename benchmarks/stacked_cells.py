@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import git_commit
+from benchmarks.common import git_commit, write_result
 
 # the four cells of one d_k in the claims grid: (scaled, causal)
 VARIANTS = ((True, True), (True, False), (False, True), (False, False))
@@ -247,9 +247,7 @@ def main(argv=None) -> dict:
                 print(f"[stacked] d_k {d_k}, {count} cells: {ms:.3f} ms a step, {ms / count:.3f} ms a cell",
                       flush=True)
     print(json.dumps(result, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     return result
 
 

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import git_commit
+from benchmarks.common import git_commit, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = ("interpreter", "torch", "train_loop", "probe", "cuda_context", "data", "model")
@@ -82,9 +82,7 @@ def main(argv=None) -> dict:
               "command": "PYTHONPATH=. python3 benchmarks/worker_startup.py " + " ".join(argv or sys.argv[1:]),
               "steps": summarise(workers), "per_worker": workers}
     print(json.dumps(result["steps"], indent=1), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     return result
 
 
