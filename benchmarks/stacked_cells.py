@@ -176,8 +176,9 @@ def check_losses(d_k: int, smoke: bool) -> dict:
     return {"loss": float((stacked - own).abs().max().detach()), "grad_relative": grad_diff}
 
 
-def time_stacked(d_k: int, count: int, steps: int, device) -> float:
-    """ms per step of `count` cells as one CUDA-graphed stacked step (B 32, T 128, bf16 autocast)."""
+def time_stacked(d_k: int, count: int, steps: int, device, profile: bool = False):
+    """ms per step of `count` cells as one CUDA-graphed stacked step (B 32, T 128, bf16 autocast); with
+    `profile`, (ms, kernel_summary(...) of 10 replays) instead."""
     models, scaled, causal = grid_models(d_k, False, device, count)
     cells = StackedCells(models, scaled, causal).to(device)
     del models
@@ -207,21 +208,45 @@ def time_stacked(d_k: int, count: int, steps: int, device) -> float:
     for _ in range(steps):
         graph.replay()
     torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps * 1e3
+    ms = (time.perf_counter() - started) / steps * 1e3
+    return (ms, profiled(graph.replay, 10)) if profile else ms
 
 
-def time_package_cell(d_k: int, steps: int) -> float:
+def profiled(run_step, steps: int) -> dict:
+    """Kernels of `steps` calls of run_step: kernels and kernel ms per step, and the busiest kernels. Kernel
+    ms close to the wall time per step: the GPU is busy with work; far below it: it waits between kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            run_step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    total_us = sum(e.device_time_total for e in kernels)
+    top = sorted(kernels, key=lambda e: e.device_time_total, reverse=True)[:8]
+    return {"kernels_per_step": round(sum(e.count for e in kernels) / steps, 1),
+            "kernel_ms_per_step": round(total_us / steps / 1e3, 3),
+            "top": [{"name": e.key[:90], "us_per_step": round(e.device_time_total / steps, 1),
+                     "calls_per_step": round(e.count / steps, 1)} for e in top]}
+
+
+def time_package_cell(d_k: int, steps: int, profile: bool = False):
     """ms per step of one cell as train() builds its step (the package's model, CUDA-graphed), same process."""
     from benchmarks.claims_grid_speed import cell_overrides
     from benchmarks.common import compose_cfg, warmed_cell
 
-    rt, _, _, step, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), steps)
+    rt, _, _, step, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), steps + 10)
     torch.cuda.synchronize()
     started = time.perf_counter()
-    for x, y in batches:
+    for x, y in batches[:steps]:
         step(x, y)
     torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps * 1e3
+    ms = (time.perf_counter() - started) / steps * 1e3
+    if not profile:
+        return ms
+    rest = iter(batches[steps:])
+    return ms, profiled(lambda: step(*next(rest)), 10)
 
 
 def main(argv=None) -> dict:
@@ -230,6 +255,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--cells", type=int, nargs="+", default=[1, 4, 12])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--smoke", action="store_true", help="the CPU loss check only")
+    parser.add_argument("--profile", action="store_true", help="kernel profiles instead of timings alone")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     result = {"commit": git_commit(), "check_vs_models": {d: check_losses(d, True) for d in (8, 64, 512)}}
@@ -237,11 +263,15 @@ def main(argv=None) -> dict:
         result["gpu"] = torch.cuda.get_device_name()
         result["ms_per_step"] = {}
         for d_k in args.d_k:
-            ms = time_package_cell(d_k, args.steps)
+            ms = time_package_cell(d_k, args.steps, args.profile)
+            if args.profile:
+                ms, result.setdefault("profiles", {})[f"d_k={d_k} package cell"] = ms
             result["ms_per_step"][f"d_k={d_k} package cell"] = {"ms": round(ms, 3), "ms_per_cell": round(ms, 3)}
             print(f"[stacked] d_k {d_k}, the package's own graphed step: {ms:.3f} ms", flush=True)
             for count in args.cells:
-                ms = time_stacked(d_k, count, args.steps, torch.device("cuda"))
+                ms = time_stacked(d_k, count, args.steps, torch.device("cuda"), args.profile)
+                if args.profile:
+                    ms, result["profiles"][f"d_k={d_k} cells={count}"] = ms
                 result["ms_per_step"][f"d_k={d_k} cells={count}"] = {"ms": round(ms, 3),
                                                                       "ms_per_cell": round(ms / count, 3)}
                 print(f"[stacked] d_k {d_k}, {count} cells: {ms:.3f} ms a step, {ms / count:.3f} ms a cell",
