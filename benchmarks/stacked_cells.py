@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import git_commit, write_result
+from benchmarks.common import git_commit, timed, write_result
 
 # the four cells of one d_k in the claims grid: (scaled, causal)
 VARIANTS = ((True, True), (True, False), (False, True), (False, False))
@@ -98,7 +97,7 @@ class StackedCells:
             q = q.view(C, B, T, H, d_k).transpose(2, 3) * scale  # (C, B, H, T, d_k)
             k = k.view(C, B, T, H, d_k).transpose(2, 3)
         outs = []
-        for c in range(C):  # one SDPA call per run of equal masks (the cells are grouped by mask)
+        for c in range(C):  # one SDPA call per cell: is_causal is one flag per call
             outs.append(F.scaled_dot_product_attention(q[c], k[c], v[c], is_causal=self.causal[c], scale=1.0))
         out = torch.stack(outs)  # (C, B, H, T, d_v)
         return out.transpose(2, 3).reshape(C, B * T, H * d_v)
@@ -179,9 +178,9 @@ def check_losses(d_k: int, smoke: bool) -> dict:
     return {"loss": float((stacked - own).abs().max().detach()), "grad_relative": grad_diff}
 
 
-def time_stacked(d_k: int, count: int, steps: int, device, profile: bool = False):
-    """ms per step of `count` cells as one CUDA-graphed stacked step (B 32, T 128, bf16 autocast); with
-    `profile`, (ms, kernel_summary(...) of 10 replays) instead."""
+def time_stacked(d_k: int, count: int, steps: int, device, profile: bool = False) -> tuple[float, dict | None]:
+    """(ms per step, `profiled` of 10 more steps or None) of `count` cells as one CUDA-graphed stacked step
+    (B 32, T 128, bf16 autocast)."""
     models, scaled, causal = grid_models(d_k, False, device, count)
     cells = StackedCells(models, scaled, causal).to(device)
     del models
@@ -206,13 +205,8 @@ def time_stacked(d_k: int, count: int, steps: int, device, profile: bool = False
         stacked_step(cells, optimizer, x, y, 1.0, autocast)
     for _ in range(10):
         graph.replay()
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(steps):
-        graph.replay()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - started) / steps * 1e3
-    return (ms, profiled(graph.replay, 10)) if profile else ms
+    ms = timed(graph.replay, steps, torch.cuda.synchronize) * 1e3
+    return ms, profiled(graph.replay, 10) if profile else None
 
 
 def profiled(run_step, steps: int) -> dict:
@@ -234,22 +228,20 @@ def profiled(run_step, steps: int) -> dict:
                      "calls_per_step": round(e.count / steps, 1)} for e in top]}
 
 
-def time_package_cell(d_k: int, steps: int, profile: bool = False):
-    """ms per step of one cell as train() builds its step (the package's model, CUDA-graphed), same process."""
+def time_package_cell(d_k: int, steps: int, profile: bool = False) -> tuple[float, dict | None]:
+    """(ms per step, `profiled` of 10 more steps or None) of one cell as train() builds its step (the
+    package's model, CUDA-graphed), in the same process."""
     from benchmarks.claims_grid_speed import cell_overrides
     from benchmarks.common import compose_cfg, warmed_cell
 
-    rt, _, _, step, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), steps + 10)
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for x, y in batches[:steps]:
-        step(x, y)
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - started) / steps * 1e3
-    if not profile:
-        return ms
-    rest = iter(batches[steps:])
-    return ms, profiled(lambda: step(*next(rest)), 10)
+    _, _, _, step, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), 1 + steps + 10)
+    batch = iter(batches)  # a fresh batch every step, as in training
+
+    def one_step():
+        step(*next(batch))
+
+    ms = timed(one_step, steps, torch.cuda.synchronize) * 1e3
+    return ms, profiled(one_step, 10) if profile else None
 
 
 def main(argv=None) -> dict:
@@ -266,15 +258,15 @@ def main(argv=None) -> dict:
         result["gpu"] = torch.cuda.get_device_name()
         result["ms_per_step"] = {}
         for d_k in args.d_k:
-            ms = time_package_cell(d_k, args.steps, args.profile)
-            if args.profile:
-                ms, result.setdefault("profiles", {})[f"d_k={d_k} package cell"] = ms
+            ms, prof = time_package_cell(d_k, args.steps, args.profile)
+            if prof is not None:
+                result.setdefault("profiles", {})[f"d_k={d_k} package cell"] = prof
             result["ms_per_step"][f"d_k={d_k} package cell"] = {"ms": round(ms, 3), "ms_per_cell": round(ms, 3)}
             print(f"[stacked] d_k {d_k}, the package's own graphed step: {ms:.3f} ms", flush=True)
             for count in args.cells:
-                ms = time_stacked(d_k, count, args.steps, torch.device("cuda"), args.profile)
-                if args.profile:
-                    ms, result["profiles"][f"d_k={d_k} cells={count}"] = ms
+                ms, prof = time_stacked(d_k, count, args.steps, torch.device("cuda"), args.profile)
+                if prof is not None:
+                    result["profiles"][f"d_k={d_k} cells={count}"] = prof
                 result["ms_per_step"][f"d_k={d_k} cells={count}"] = {"ms": round(ms, 3),
                                                                       "ms_per_cell": round(ms / count, 3)}
                 print(f"[stacked] d_k {d_k}, {count} cells: {ms:.3f} ms a step, {ms / count:.3f} ms a cell",
