@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from andrea_exp.data_checks import check_data, held_out_token_windows, open_tokens, too_large_id
+from andrea_exp.references import NgramCounts, held_out_references
 
 HELD_OUT_SEED = 10_007  # the held-out set's random stream, independent of the run's seed
+# Training tokens counted for the unigram / bigram references of data=tokens: a corpus larger than this is
+# counted on this many tokens in 64 evenly spaced stretches (counts settle long before).
+REFERENCE_TOKENS = 1 << 25
 
 
 @dataclass
@@ -119,12 +123,17 @@ class MarkovSource:
         return torch.from_numpy(out[:, 1:])
 
 
+def text_bytes(path: str, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """A user's file as byte ids (int64), cut into its first 90% (training) and last 10% (held out)."""
+    raw = np.frombuffer(Path(path).expanduser().read_bytes(), dtype=np.uint8).astype(np.int64)
+    cut = min(max(int(raw.size * 0.9), seq_len + 2), raw.size - (seq_len + 2))
+    return raw[:cut], raw[cut:]
+
+
 def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -> tuple[Split, Split]:
     """Byte-level windows from a user's file: the first 90% for training, the last 10% held out.
     The file is one check_data accepts (at least 2 * (seq_len + 2) bytes)."""
-    raw = np.frombuffer(Path(path).expanduser().read_bytes(), dtype=np.uint8).astype(np.int64)
-    cut = min(max(int(raw.size * 0.9), seq_len + 2), raw.size - (seq_len + 2))
-    train_raw, eval_raw = raw[:cut], raw[cut:]
+    train_raw, eval_raw = text_bytes(path, seq_len)
 
     def windows(arr, n, rng):
         starts = rng.integers(0, arr.size - seq_len, size=n)
@@ -204,6 +213,7 @@ class Dataset:
     eval: Split
     vocab_size: int
     floor: float  # mean exact NLL of the held-out targets; nan when unknown
+    references: dict[str, float] = field(default_factory=dict)  # unigram / bigram / log_vocab cross-entropy of the held-out targets (references.py)
     source: MarkovSource | None = None
     decoder: Callable[[Sequence[int] | torch.Tensor], str] | None = None  # token ids -> text, when tokens are text
     _perm: tuple | None = None  # (key, permutation) of the current epoch
@@ -242,6 +252,21 @@ class Dataset:
         return rows[:, :-1], rows[:, 1:]
 
 
+def token_file_stretches(ids: np.ndarray, budget: int = REFERENCE_TOKENS, pieces: int = 64) -> list[np.ndarray]:
+    """A token file whole when it holds at most `budget` tokens, else `pieces` evenly spaced stretches of it."""
+    if ids.size <= budget:
+        return [np.asarray(ids)]
+    size = budget // pieces
+    starts = np.arange(pieces, dtype=np.int64) * (ids.size - size) // (pieces - 1)
+    return [np.asarray(ids[s : s + size]) for s in starts]
+
+
+def references_of(train_sequences, held_out: torch.Tensor, vocab_size: int) -> dict[str, float]:
+    """The data's reference losses on the held-out targets (see andrea_exp.references)."""
+    counts = NgramCounts.of(train_sequences, vocab_size)
+    return held_out_references(counts, held_out.cpu().numpy())
+
+
 def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
     """cfg is the `data` config group."""
     if cfg.name == "markov":
@@ -250,13 +275,16 @@ def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
         # which is the same for every run seed
         train = source.sample(cfg.train_sequences, seq_len, seed=(seed, 1))
         held_out = source.sample(cfg.eval_sequences, seq_len, seed=HELD_OUT_SEED + cfg.table_seed)
-        return Dataset(train, held_out, cfg.vocab_size, float(held_out.true_nll.mean()), source)
+        refs = references_of(train.tokens.numpy(), held_out.tokens, cfg.vocab_size)
+        return Dataset(train, held_out, cfg.vocab_size, float(held_out.true_nll.mean()), refs, source)
     if cfg.name not in ("text", "tokens"):
         raise ValueError(f"data must be markov, text or tokens; got {cfg.name!r}")
     check_data(cfg, seq_len)
     if cfg.name == "text":
         train, held_out = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)
-        return Dataset(train, held_out, 256, math.nan, decoder=decode_bytes)
+        refs = references_of([text_bytes(cfg.path, seq_len)[0]], held_out.tokens, 256)
+        return Dataset(train, held_out, 256, math.nan, refs, decoder=decode_bytes)
     # the training order comes from Dataset.batch (seed, step); the windows themselves do not depend on the seed
     train, held_out = token_splits(cfg, seq_len)
-    return Dataset(train, held_out, cfg.vocab_size, math.nan)
+    refs = references_of(token_file_stretches(train.tokens.ids), held_out.tokens, cfg.vocab_size)
+    return Dataset(train, held_out, cfg.vocab_size, math.nan, refs)

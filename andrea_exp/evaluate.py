@@ -11,14 +11,41 @@ from andrea_exp import metric_keys as K
 from andrea_exp.attention import varying_shape_context
 
 
+# Logit elements (rows x T x V) alive at once while per-sequence losses are computed.
+ROW_LOSS_LOGITS = 1 << 24
+
+
 @torch.no_grad()
+def sequence_losses(model, tokens: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    """(N,) float64 teacher-forced mean cross-entropy of each held-out sequence (N, T+1), own mask.
+
+    The logits are formed a few sequences at a time (ROW_LOSS_LOGITS elements), never (N, T, V) at once."""
+    T = tokens.size(1) - 1
+    out = []
+    for rows in tokens.split(batch_size):
+        h = model.hidden(rows[:, :-1])  # (b, T, d_model)
+        first, per_chunk = 0, 1  # one sequence first: the width V of its logits sizes the later head calls
+        while first < len(rows):
+            logits = model.head(h[first : first + per_chunk])  # (c, T, V)
+            logits = logits if logits.dtype == torch.float64 else logits.float()
+            nll = F.cross_entropy(logits.transpose(1, 2), rows[first : first + per_chunk, 1:], reduction="none")
+            out.append(nll.double().mean(dim=1))  # (c,)
+            first += per_chunk
+            per_chunk = max(1, ROW_LOSS_LOGITS // (T * logits.size(-1)))
+    return torch.cat(out)
+
+
 def loss_as_trained(model, tokens: torch.Tensor, batch_size: int = 64) -> float:
     """Teacher-forced mean cross-entropy on (N, T+1) held-out tokens with the model's own mask."""
-    total = torch.zeros((), dtype=torch.float64, device=tokens.device)  # summed on the device: one host sync
-    for rows in tokens.split(batch_size):
-        _, loss = model(rows[:, :-1], rows[:, 1:])
-        total += loss.double() * rows[:, 1:].numel()
-    return total.item() / tokens[:, 1:].numel()
+    return sequence_losses(model, tokens, batch_size).mean().item()
+
+
+def mean_and_standard_error(per_sequence: torch.Tensor) -> tuple[float, float]:
+    """Mean of per-sequence losses and its standard error over sequences (nan for fewer than 2): tokens of
+    one window are correlated, windows far less, so the window is the unit of the error."""
+    values = per_sequence.double().cpu()
+    se = float(values.std(unbiased=True) / math.sqrt(values.numel())) if values.numel() > 1 else math.nan
+    return float(values.mean()), se
 
 
 # Tokens (rows x length) in one forward of loss_generation on an accelerator; memory per forward grows
@@ -111,14 +138,14 @@ def evaluate(model, held_out, floor: float, floor_se: float = math.nan) -> dict:
     """
     was_training = model.training
     model.eval()
-    as_trained = loss_as_trained(model, held_out)
+    as_trained, as_trained_se = mean_and_standard_error(sequence_losses(model, held_out))
     if model.cfg.causal:
         generation = as_trained
     else:
         generation = loss_generation(model, held_out)
     model.train(was_training)
     metrics = {K.EVAL_LOSS_AS_TRAINED: as_trained, K.EVAL_LOSS_GENERATION: generation,
-               K.EVAL_GAP: generation - as_trained}
+               K.EVAL_GAP: generation - as_trained, K.EVAL_LOSS_SE: as_trained_se}
     if not math.isnan(floor):
         metrics[K.EVAL_FLOOR] = floor
         metrics[K.EVAL_BELOW_FLOOR] = floor - as_trained

@@ -38,6 +38,7 @@ EVAL_GAP = "eval/gap"
 EVAL_FLOOR = "eval/floor"
 EVAL_FLOOR_SE = "eval/floor_se"
 EVAL_BELOW_FLOOR = "eval/below_floor"
+EVAL_LOSS_SE = "eval/loss_se"
 EVAL_SAMPLE = "eval/sample"
 EVAL_SAMPLE_TEXT = "eval/sample_text"
 BEST_EVAL_LOSS = "best/eval/loss_as_trained"
@@ -71,6 +72,8 @@ RUN_WALL_S = "run/wall_s"
 RUN_ERROR = "run/error"
 MODEL_PARAMS = "model/params"
 DATA_LOG_VOCAB = "data/log_vocab"
+DATA_UNIGRAM_XENT = "data/unigram_xent"
+DATA_BIGRAM_XENT = "data/bigram_xent"
 SYSTEM_GPU = "system/gpu"
 SYSTEM_TORCH = "system/torch"
 SYSTEM_CUDA = "system/cuda"
@@ -97,6 +100,8 @@ METRICS: tuple[Metric, ...] = (
     _m(EVAL_FLOOR, "exact entropy of the held-out tokens under the true source (built-in data only)"),
     _m(EVAL_FLOOR_SE, "sampling standard error of the floor over the held-out sequences (its noise as an estimate)"),
     _m(EVAL_BELOW_FLOOR, "floor - loss_as_trained: positive only when the model reads the future"),
+    _m(EVAL_LOSS_SE, "standard error of eval/loss_as_trained over the held-out windows (std of per-window means / "
+                     "sqrt(windows))"),
     _m(PROBE_LOSS, "loss of the fixed probe batch, float32, explicit attention path"),
     _m(ATTN_ENTROPY, "entropy of the attention rows (nats), mean over layers, heads and rows", True),
     _m(ATTN_ENTROPY_NORM, "row entropy / log(number of visible keys): 1 uniform, 0 one-hot", True),
@@ -133,6 +138,10 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(TRAIN_WORLD_SIZE, "processes in the run (1 without torchrun)"),
     _m(MODEL_PARAMS, "trainable parameters, tied weights counted once"),
     _m(DATA_LOG_VOCAB, "log of the vocabulary size: the loss of a uniform guess"),
+    _m(DATA_UNIGRAM_XENT, "held-out cross-entropy under add-one smoothed token counts of the training split: the "
+                          "loss of a model that learned only frequencies"),
+    _m(DATA_BIGRAM_XENT, "held-out cross-entropy under Witten-Bell smoothed pair counts of the training split: "
+                         "about the loss of a model that uses only the previous token (no working attention)"),
     _m(SYSTEM_GPU, "GPU name, or cpu"),
     _m(SYSTEM_TORCH, "torch version"),
     _m(SYSTEM_CUDA, "CUDA version torch was built with (null on a CPU build)"),

@@ -302,6 +302,12 @@ def measure_probe(probe, tracker: Tracker, st: LoopState, s: Settings, window: L
             tracker.log_images(probe.draw_maps(st.step), st.step)
 
 
+def reference_record(data) -> dict:
+    """The data's reference losses for the summary (andrea_exp.references): unigram and bigram levels."""
+    refs = data.references
+    return {K.DATA_UNIGRAM_XENT: refs.get("unigram"), K.DATA_BIGRAM_XENT: refs.get("bigram")} if refs else {}
+
+
 def sample_record(cfg, model, data, rt: Runtime) -> dict:
     """Tokens generated from a held-out prompt, as ids and, for text data, decoded."""
     prompt = data.eval.tokens[:1, : min(8, data.eval.tokens.size(1))]
@@ -384,7 +390,8 @@ def train(cfg, run_dir: Path) -> dict:
             progress.close()
             clock.loop_end()
         summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: clock.loop_s,
-                   **run_facts(rt, model, data.vocab_size), **({K.RUN_ERROR: error} if error else {})}
+                   **run_facts(rt, model, data.vocab_size), **reference_record(data),
+                   **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
                 if probe is not None:
