@@ -213,7 +213,8 @@ class Dataset:
     eval: Split
     vocab_size: int
     floor: float  # mean exact NLL of the held-out targets; nan when unknown
-    references: dict[str, float] = field(default_factory=dict)  # unigram / bigram / log_vocab cross-entropy of the held-out targets (references.py)
+    # unigram / bigram / log_vocab cross-entropy of the held-out targets (andrea_exp.references)
+    references: dict[str, float] = field(default_factory=dict)
     source: MarkovSource | None = None
     decoder: Callable[[Sequence[int] | torch.Tensor], str] | None = None  # token ids -> text, when tokens are text
     _perm: tuple | None = None  # (key, permutation) of the current epoch

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from andrea_exp import metric_keys as K
 from andrea_exp.attention import varying_shape_context
 
-
 # Logit elements (rows x T x V) alive at once while per-sequence losses are computed.
 ROW_LOSS_LOGITS = 1 << 24
 
