@@ -40,3 +40,15 @@ def normalize_mask_fill(mask_fill) -> float:
     if value == -math.inf or (math.isfinite(value) and value <= -1e4):
         return value
     raise ValueError(f"model.mask_fill must be -inf or a finite number <= -1e4 (e.g. -1e9); got {mask_fill!r}")
+
+
+ATTN_STATS_CHOICES = ("every", "off")  # `train.attn_stats`
+
+
+def normalize_attn_stats(value) -> str:
+    """`train.attn_stats` as every | off (YAML reads a bare `off` as false and `on` as true)."""
+    if isinstance(value, bool):
+        return "every" if value else "off"
+    if value not in ATTN_STATS_CHOICES:
+        raise ValueError(f"train.attn_stats must be one of every, off; got {value!r}")
+    return value

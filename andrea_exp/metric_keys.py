@@ -31,6 +31,15 @@ TRAIN_GRAD_CLIP_FRAC = "train/grad_clip_frac"
 TRAIN_WORLD_SIZE = "train/world_size"
 GRAD_NORM = "grad/norm"
 
+# ---------------------------------------------------------------- attention of the training batch (train.attn_stats)
+ATTN_STEP = "attn_step"  # the namespace; per layer attn_step/L{l}/<stat>, per head attn_step/L{l}/H{h}/<stat>
+ATTN_STEP_SCORE_MAX = "attn_step/score_max"
+ATTN_STEP_ENTROPY = "attn_step/entropy"
+ATTN_STEP_ENTROPY_NORM = "attn_step/entropy_norm"
+ATTN_STEP_MAX_PROB = "attn_step/max_prob"
+ATTN_STEP_MAX_PROB_MAX = "attn_step/max_prob_max"
+ATTN_STEP_SATURATED_FRAC = "attn_step/saturated_frac"
+
 # ---------------------------------------------------------------- evaluation (every eval_every steps and at the end)
 EVAL_LOSS_AS_TRAINED = "eval/loss_as_trained"
 EVAL_LOSS_GENERATION = "eval/loss_generation"
@@ -94,6 +103,19 @@ METRICS: tuple[Metric, ...] = (
     _m(TRAIN_TOKENS_PER_S, "training throughput over the logging window (evaluation and checkpoints excluded)"),
     _m(TRAIN_GRAD_CLIP_FRAC, "share of the window's steps whose gradient norm exceeded train.grad_clip"),
     _m(GRAD_NORM, "global L2 norm of all parameter gradients, before clipping"),
+    _m(ATTN_STEP_SCORE_MAX, "largest scaled pre-softmax score (attention logit) over visible entries of the step's "
+                            "training batch (train.attn_stats); per layer the max over heads, pooled the max over "
+                            "layers", True),
+    _m(ATTN_STEP_ENTROPY, "entropy of the training batch's attention rows (nats), mean over layers, heads and rows",
+       True),
+    _m(ATTN_STEP_ENTROPY_NORM, "training batch's row entropy / log(number of visible keys), mean over rows with more "
+                               "than one visible key, heads and layers", True),
+    _m(ATTN_STEP_MAX_PROB, "largest probability of a training batch's attention row, mean over rows, heads and "
+                           "layers", True),
+    _m(ATTN_STEP_MAX_PROB_MAX, "largest probability in the training batch's attention rows with more than one "
+                               "visible key; per layer the max over heads, pooled the max over layers", True),
+    _m(ATTN_STEP_SATURATED_FRAC, "share of the training batch's attention rows whose largest probability exceeds "
+                                 "0.99, mean over heads and layers", True),
     _m(EVAL_LOSS_AS_TRAINED, "teacher-forced held-out loss with the model's own mask setting"),
     _m(EVAL_LOSS_GENERATION, "held-out loss when position i sees only tokens 0..i, as in generation"),
     _m(EVAL_GAP, "loss_generation - loss_as_trained: what leaking future tokens costs at inference"),

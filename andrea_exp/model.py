@@ -20,6 +20,7 @@ from andrea_exp.attention import (
     prefer_fused,
     scale_factor,
 )
+from andrea_exp.attn_stats import record as record_step_stats
 from andrea_exp.choices import ATTN_IMPLS, BILINEAR_NEEDS_NO_QK_LAYERNORM, LOSS_IMPLS, QK_INITS, normalize_mask_fill
 from andrea_exp.chunked_loss import linear_cross_entropy
 from andrea_exp.head_gemms import head_projection
@@ -94,6 +95,10 @@ class Attention(nn.Module):
             raise ValueError(f"model.fused_qkv must be one of true, false; got {cfg.fused_qkv!r}")
         self.fused_qkv = bool(cfg.fused_qkv)
         self.stages: dict | None = None
+        # train.attn_stats (attn_stats.enable): the training batch's statistics (N_STATS, H), and the flag
+        # (1,) int32 that turns their kernels on; None, and nothing computed, unless enabled
+        self.register_buffer("step_stats", None, persistent=False)
+        self.register_buffer("step_stats_on", None, persistent=False)
 
     def project_qkv(self, x):
         """x (B, T, d_model) -> q, k (B, T, H*d_k) and v (B, T, H*d_v).
@@ -118,6 +123,8 @@ class Attention(nn.Module):
         q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         v = v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
+        if self.step_stats is not None:
+            record_step_stats(self, q, k, causal, visible_keys)  # (B, H, T, d_k) each
         if self.stages is None:  # the fused path (the explicit one without stages went head-major above)
             # flash takes no attn_mask: rows with visible_keys (evaluation only) let PyTorch pick a kernel that does
             backend = "auto" if visible_keys is not None and self.sdpa_backend == "flash" else self.sdpa_backend
@@ -151,6 +158,8 @@ class Attention(nn.Module):
             q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
             k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
         v = self.heads_first(x, self.v, self.d_v)  # (H, B, T, d_v)
+        if self.step_stats is not None:  # bilinear: the operands are a (q, k) pair of width d_model
+            record_step_stats(self, q.transpose(0, 1), k.transpose(0, 1), causal, visible_keys)  # (B, H, T, .)
         out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
                                     visible_keys=visible_keys, heads_first=True)  # (H, B, T, d_v)
         return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)

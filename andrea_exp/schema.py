@@ -24,6 +24,7 @@ from andrea_exp.choices import (
     LOSS_IMPLS,
     QK_INITS,
     SDPA_BACKEND_NAMES,
+    normalize_attn_stats,
     normalize_mask_fill,
     normalize_scale,
 )
@@ -196,6 +197,10 @@ class TrainSchema:
     compile: bool = setting(Choice(BOOLS), operational=True)
     compile_mode: str = setting(Choice(COMPILE_MODES), operational=True)
     cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results
+    # the training batch's attention statistics (andrea_exp.attn_stats): they read the forward, never change it
+    attn_stats: Any = setting(Normalized(normalize_attn_stats), operational=True)  # every | off
+    attn_stats_every: int = setting(Integer(1), operational=True)
+    attn_stats_per_head: bool = setting(Choice(BOOLS), operational=True)
     device: str = setting(Device(), operational=True)
     precision: str = setting(Choice(PRECISIONS))
     diverge_factor: float = setting(Finite(low=1, low_inclusive=False))

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp import checkpoint
+from andrea_exp import attn_stats, checkpoint
 from andrea_exp import metric_keys as K
 from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate, generate
@@ -279,11 +279,14 @@ def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime) -> 
     log(tracker, st, metrics, st.step)
 
 
-def flush_window(window: LogWindow, tracker: Tracker, st: LoopState, progress: Progress) -> None:
-    """Log the window's rows, then check them for divergence: a diverged run keeps every record it made."""
+def flush_window(window: LogWindow, tracker: Tracker, st: LoopState, progress: Progress,
+                 stats: attn_stats.StepStats | attn_stats.Off = attn_stats.OFF) -> None:
+    """Log the window's rows (with the steps' attn_step/* values, train.attn_stats), then check them for
+    divergence: a diverged run keeps every record it made."""
     rows = window.flush()
+    step_stats = stats.flush()
     for at, row in rows:
-        log(tracker, st, row, at)
+        log(tracker, st, {**row, **step_stats.get(at, {})}, at)
     for at, row in rows:
         st.watch.check(at, row[K.TRAIN_LOSS], row[K.GRAD_NORM])
     if rows:
@@ -343,6 +346,7 @@ def train(cfg, run_dir: Path) -> dict:
         if rt.is_main:
             print(f"[andrea-exp] resuming {run_dir} from step {st.step}", flush=True)
     tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
+    stats = attn_stats.from_config(cfg, model)  # before compile and capture: it adds buffers to the model
     train_model = wrap_for_training(model, cfg, rt)
     probe = build_probe(cfg, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -363,7 +367,9 @@ def train(cfg, run_dir: Path) -> dict:
                 while st.step < s.max_steps:
                     measure_probe(probe, tracker, st, s, window, clock)
                     x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
+                    stats.before_step(st.step)
                     window.add(st.step, *step(x, y))
+                    stats.after_step(st.step)
                     st.step += 1
                     progress.update()
                     eval_due = s.eval_every and st.step % s.eval_every == 0 and st.step < s.max_steps
@@ -372,7 +378,7 @@ def train(cfg, run_dir: Path) -> dict:
                     at_sync = len(window) >= s.log_every or st.step == s.max_steps or eval_due or ckpt_due
                     stopping = stop.agreed(rt, at_sync) and st.step < s.max_steps
                     if at_sync or stopping:
-                        flush_window(window, tracker, st, progress)
+                        flush_window(window, tracker, st, progress, stats)
                     if eval_due and rt.is_main:
                         with window.aside(), clock.phase("evals"):
                             evaluate_into(tracker, st, model, data, rt)

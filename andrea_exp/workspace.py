@@ -1,4 +1,5 @@
-"""A W&B workspace for one sweep: loss by d_k / scale / mask, attention peakiness, the train-inference gap.
+"""A W&B workspace for one sweep: loss by d_k / scale / mask, attention peakiness (the probe's, and the training
+batch's at every step where train.attn_stats is on, per layer), the train-inference gap.
 
     python -m andrea_exp.workspace --entity E --project P --group G [--save]
 
@@ -12,6 +13,7 @@ import argparse
 import sys
 
 from andrea_exp.metric_keys import (
+    ATTN_STEP,
     EVAL_BELOW_FLOOR,
     EVAL_FLOOR,
     EVAL_GAP,
@@ -20,6 +22,7 @@ from andrea_exp.metric_keys import (
     METRICS,
     TRAIN_LOSS,
     TRAIN_STEP,
+    per_layer,
 )
 
 AXES = {"d_k": "model.d_k", "scale": "model.scale", "mask": "model.causal"}
@@ -35,6 +38,8 @@ def pooled_keys(namespace: str) -> tuple[str, ...]:
 
 ATTENTION_KEYS = pooled_keys("attn")
 GRADIENT_KEYS = pooled_keys("grad")
+STEP_ATTENTION_KEYS = pooled_keys(ATTN_STEP)  # train.attn_stats: the training batch, every step
+DEFAULT_LAYERS = 12  # lines per chart of per-layer keys (a run with fewer layers leaves the rest empty)
 
 
 def _line(wr, key: str, *, groupby: str | None = None, title: str | None = None, log_y: bool = False):
@@ -43,7 +48,15 @@ def _line(wr, key: str, *, groupby: str | None = None, title: str | None = None,
     return wr.LinePlot(title=title or key, x=STEP, y=[key], log_y=log_y or None, **extra)
 
 
-def build_workspace(entity: str, project: str, group: str, name: str | None = None):
+def step_attention_panels(wr, layers: int) -> list:
+    """train.attn_stats: each pooled attn_step/* key, then one chart per statistic with a line per layer."""
+    pooled = [_line(wr, key) for key in STEP_ATTENTION_KEYS]
+    by_layer = [wr.LinePlot(title=f"{key} per layer", x=STEP, y=[per_layer(key, li) for li in range(layers)])
+                for key in STEP_ATTENTION_KEYS]
+    return pooled + by_layer
+
+
+def build_workspace(entity: str, project: str, group: str, name: str | None = None, layers: int = DEFAULT_LAYERS):
     """The workspace object for one sweep; nothing is sent until .save()."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
@@ -58,6 +71,8 @@ def build_workspace(entity: str, project: str, group: str, name: str | None = No
         ]),
         ws.Section(name="Attention over steps", is_open=True,
                    panels=[_line(wr, key) for key in ATTENTION_KEYS]),
+        ws.Section(name="Attention of the training batch, every step", is_open=True,
+                   panels=step_attention_panels(wr, layers)),
         ws.Section(name="Gradients", is_open=False, panels=[_line(wr, key, log_y=not key.endswith(LINEAR_SUFFIXES))
                                                                 for key in GRADIENT_KEYS]),
         ws.Section(name="Train-inference gap", is_open=True, panels=[
@@ -96,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", required=True, help="W&B project (logger.project)")
     parser.add_argument("--group", required=True, help="the sweep's W&B group")
     parser.add_argument("--name", default=None, help="workspace name (default: 'sweep GROUP')")
+    parser.add_argument("--layers", type=int, default=DEFAULT_LAYERS,
+                        help=f"layers drawn in the per-layer attn_step charts (default {DEFAULT_LAYERS})")
     parser.add_argument("--save", action="store_true", help="save it to W&B (needs a login); prints the URL")
     args = parser.parse_args(argv)
-    workspace = build_workspace(args.entity, args.project, args.group, args.name)
+    workspace = build_workspace(args.entity, args.project, args.group, args.name, args.layers)
     print(describe(workspace))
     if not args.save:
         print("(not saved: add --save to create it in W&B)")

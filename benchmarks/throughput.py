@@ -13,6 +13,9 @@ SDPA kernel at the model's attention shape, and ablations (--variant) of the fas
     PYTHONPATH=. python3 benchmarks/throughput.py                   # H200: about 3-4 minutes
     PYTHONPATH=. python3 benchmarks/throughput.py --smoke           # tiny shapes on CPU, seconds
 
+The same ANDREA-120M step with the training batch's attention statistics (train.attn_stats=every, and every
+10th step) against it without them, A/B in one process: benchmarks/attn_stats_cost.py (built on this file's pieces).
+
 """
 
 from __future__ import annotations

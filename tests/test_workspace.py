@@ -25,7 +25,8 @@ def test_sections_panels_and_keys():
     w = build_workspace("team", "andrea-exp", "claims_grid-2026-05-01_12-00-00")
     assert (w.entity, w.project, w.name) == ("team", "andrea-exp", "sweep claims_grid-2026-05-01_12-00-00")
     assert [s.name for s in w.sections] == ["Loss by d_k, scale and mask", "Loss per cell", "Attention over steps",
-                                            "Gradients", "Train-inference gap", "Axes -> loss"]
+                                            "Attention of the training batch, every step", "Gradients",
+                                            "Train-inference gap", "Axes -> loss"]
     grouped = panels(w, "Loss by d_k, scale and mask")
     assert [(p.y, p.groupby.name) for p in grouped] == [
         (["train/loss"], "model.d_k"), (["train/loss"], "model.scale"), (["train/loss"], "model.causal"),
@@ -35,6 +36,12 @@ def test_sections_panels_and_keys():
     attention = [p.y[0] for p in panels(w, "Attention over steps")]
     assert attention == [m.key for m in METRICS if m.key.startswith("attn/") and not m.key.startswith("attn/L")]
     assert {"attn/entropy", "attn/max_prob", ATTN_JAC_NORM, ATTN_QK_SPECTRAL} <= set(attention)
+    step_attention = [p.y for p in panels(w, "Attention of the training batch, every step")]
+    pooled_step = [m.key for m in METRICS if m.key.startswith("attn_step/")]
+    assert step_attention[:len(pooled_step)] == [[key] for key in pooled_step]
+    assert step_attention[len(pooled_step):] == [[key.replace("/", f"/L{li}/", 1) for li in range(12)]
+                                                 for key in pooled_step]  # one line per layer
+    assert "attn_step/score_max" in pooled_step
     gradients = {p.y[0]: p.log_y for p in panels(w, "Gradients")}
     assert all("{" not in key and key.startswith("grad/") for key in gradients)  # pooled keys only
     assert gradients[GRAD_NORM] is True and gradients["grad/scores"] is True

@@ -1,0 +1,276 @@
+"""What train.attn_stats costs: ANDREA-120M and claims-grid cells with and without the statistics, A/B in one process.
+
+ANDREA-120M (B 32, T 1024, vocabulary 50304, compiled and captured with clipping and AdamW as one CUDA graph:
+the step train() builds, as benchmarks/throughput.py runs it; no probe) as three fresh models from one seed on
+the same batches: attn_stats=off, every step, and every 10th step (train.attn_stats_every=10). They are timed in
+rotation, one window of --window steps each per pair (the order rotates pair by pair), each window with the
+loop's host work: one host sync per train.log_every steps and the attn_step/* rows built on the host, as
+train() does. Reported: each arm's tokens/s per pair, the ratio t_off / t_arm per pair and its median, the cost
+100 (1 - ratio) %, against the target (2%) and the goal (1%); the statistics kernels' own GPU time per step from
+the profiler; each arm's losses against the off arm's (the statistics must not change training); the last
+logged values.
+
+Claims-grid cells (andrea_small, T 128, B 32, d_k 64 on the fused path and d_k 4096 on the bilinear one, graphed,
+not compiled): ms per step with and without the statistics, A/B pairs.
+
+The kernel alone at the 120M layer shape (B 32, H 12, T 1024, d_k 64, bf16, causal) against SDPA's forward.
+
+    PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --out benchmarks/results/attn_stats_h200.json   # H200: ~2.5 min
+    PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --smoke --out /tmp/attn_stats_smoke.json       # CPU, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from andrea_exp import attn_stats
+from andrea_exp import metric_keys as K
+from andrea_exp.data import build_dataset
+from andrea_exp.graphed_step import GraphedStep
+from andrea_exp.runtime import setup_runtime
+from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+from benchmarks.claims_grid_speed import cell_overrides
+from benchmarks.common import compose_cfg, git_commit, timed
+from benchmarks.throughput import Result, andrea_overrides, sync, timed_window
+
+TARGET_COST_PCT, GOAL_COST_PCT = 2.0, 1.0
+ARMS = {"off": ["train.attn_stats=off"], "every": ["train.attn_stats=every"],
+        "every10": ["train.attn_stats=every", "train.attn_stats_every=10"]}
+STATS_KERNELS = ("_row_block_stats", "_finish_heads")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, no compile (for tests)")
+    parser.add_argument("--pairs", type=int, default=4, help="rotations of timed windows, ANDREA-120M")
+    parser.add_argument("--window", type=int, default=50, help="steps per timed window, ANDREA-120M")
+    parser.add_argument("--warmup-steps", type=int, default=8, help="untimed steps per arm after compilation")
+    parser.add_argument("--cell-pairs", type=int, default=5, help="A/B pairs per claims-grid cell")
+    parser.add_argument("--cell-window", type=int, default=200, help="steps per timed window, claims-grid cells")
+    parser.add_argument("--arms", default="off,every,every10", help=f"ANDREA-120M arms, of {', '.join(ARMS)}")
+    parser.add_argument("--budget-s", type=float, default=200.0, help="skip the claims-grid cells past this")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result")
+    args = parser.parse_args(argv)
+    args.arms = [a for a in args.arms.split(",") if a]
+    if "off" not in args.arms or any(a not in ARMS for a in args.arms):
+        parser.error(f"--arms must include off and name only {', '.join(ARMS)}")
+    if args.smoke:
+        args.pairs, args.window, args.warmup_steps = min(args.pairs, 2), 4, 2
+        args.cell_pairs, args.cell_window = min(args.cell_pairs, 2), 4
+    return args
+
+
+class Arm:
+    """One model trained by andrea_exp's pieces with the loop's statistics handling (attn_stats.from_config,
+    before_step / after_step, flush at every train.log_every steps); losses and the last attn_step row kept."""
+
+    def __init__(self, cfg):
+        self.rt = setup_runtime(cfg)
+        torch.manual_seed(cfg.seed)
+        self.data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(self.rt.device)
+        self.model = build_model(cfg, self.data.vocab_size).to(self.rt.device)
+        optimizer, scheduler = build_optimizer(self.model, cfg, self.rt.device)
+        self.stats = attn_stats.from_config(cfg, self.model)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.train_step = build_step(cfg, self.rt, wrap_for_training(self.model, cfg, self.rt), params, optimizer,
+                                     scheduler, cfg.train.grad_clip)
+        self.batch_size, self.seed, self.log_every = cfg.train.batch_size, cfg.seed, cfg.train.log_every
+        self.step_no, self.window, self.losses, self.last_row = 0, [], [], {}
+
+    @property
+    def graphed(self) -> bool:
+        return isinstance(self.train_step, GraphedStep) and self.train_step.graph is not None
+
+    def step(self) -> None:
+        x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
+        self.stats.before_step(self.step_no)
+        loss, gn, _ = self.train_step(x, y)
+        self.stats.after_step(self.step_no)
+        self.window.append(torch.stack([loss, gn]))
+        self.step_no += 1
+        if len(self.window) >= self.log_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """The loop's host sync and the rows it logs."""
+        if self.window:
+            self.losses.extend(row[0] for row in torch.stack(self.window).float().tolist())
+            self.window = []
+        rows = self.stats.flush()
+        if rows:
+            self.last_row = {"step": max(rows), **rows[max(rows)]}
+
+
+def stats_kernel_ms(arm: Arm, steps: int, device: torch.device) -> dict:
+    """GPU time per step of all kernels and of the statistics kernels (names in STATS_KERNELS), from the profiler."""
+    activity = torch.profiler.ProfilerActivity.CUDA if device.type == "cuda" else torch.profiler.ProfilerActivity.CPU
+    sync(device)
+    with torch.profiler.profile(activities=[activity]) as prof:
+        for _ in range(steps):
+            arm.step()
+        sync(device)
+    total = stats = 0.0
+    for event in prof.key_averages():
+        us = event.self_device_time_total if device.type == "cuda" else event.self_cpu_time_total
+        total += us
+        if any(name in event.key for name in STATS_KERNELS):
+            stats += us
+    return {"all_kernels_ms_per_step": total / 1e3 / steps, "stats_kernels_ms_per_step": stats / 1e3 / steps}
+
+
+def max_loss_diff(a: list[float], b: list[float], first: int | None = None) -> float | None:
+    n = min(len(a), len(b), first or len(a))
+    return max(abs(x - y) for x, y in zip(a[:n], b[:n])) if n else None
+
+
+def release(*objects) -> None:
+    for obj in objects:
+        del obj
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def andrea_120m(args, result: Result, say) -> None:
+    shape = argparse.Namespace(batch_size=32, seq_len=1024, vocab=50304, compile_mode="default", smoke=args.smoke)
+    if args.smoke:
+        shape.batch_size, shape.seq_len, shape.vocab = 4, 32, 128
+    base = andrea_overrides(shape) + ["probe.every=0"]
+    arms = {}
+    for name in args.arms:
+        t0 = time.perf_counter()
+        arm = Arm(compose_cfg(base + ARMS[name]))
+        for _ in range(3 + args.warmup_steps):  # compilation (3 eager steps), the capture, then steady steps
+            arm.step()
+        arm.flush()
+        sync(arm.rt.device)
+        arms[name] = arm
+        say(f"ANDREA arm {name}: built and warmed in {time.perf_counter() - t0:.1f} s, graphed {arm.graphed}")
+    device = arms["off"].rt.device
+    result.update(andrea_overrides=base, arms={name: ARMS[name] for name in arms}, window_steps=args.window,
+                  graphed={name: arm.graphed for name, arm in arms.items()})
+    for arm in arms.values():  # every arm at the same step, a multiple of every cadence
+        while arm.step_no % 10:
+            arm.step()
+        arm.flush()
+    tokens = shape.batch_size * shape.seq_len * args.window
+    names, pairs = list(arms), []
+    for p in range(args.pairs):
+        order = names[p % len(names):] + names[: p % len(names)]
+        seconds = {name: timed_window(arms[name], args.window, device) for name in order}
+        pair = {"order": order, **{f"{name}_tokens_per_s": tokens / seconds[name] for name in names},
+                **{f"ratio_{name}": seconds["off"] / seconds[name] for name in names if name != "off"}}
+        pairs.append(pair)
+        say(f"pair {p}: " + ", ".join(f"{name} {tokens / seconds[name]:,.0f} tok/s" for name in names)
+            + "; " + ", ".join(f"{k} {v:.4f}" for k, v in pair.items() if k.startswith("ratio_")))
+        result.update(pairs=pairs)
+    summary = {}
+    for name in names:
+        if name == "off":
+            continue
+        ratio = statistics.median(p[f"ratio_{name}"] for p in pairs)
+        summary[name] = {"median_ratio": ratio, "cost_pct": 100 * (1 - ratio),
+                         "cost_pct_per_pair": [100 * (1 - p[f"ratio_{name}"]) for p in pairs],
+                         "target_met": 100 * (1 - ratio) <= TARGET_COST_PCT,
+                         "goal_met": 100 * (1 - ratio) <= GOAL_COST_PCT}
+    tps = {name: statistics.median(p[f"{name}_tokens_per_s"] for p in pairs) for name in names}
+    for arm in arms.values():
+        arm.flush()
+    losses = {name: {"max_abs_diff_vs_off": max_loss_diff(arms[name].losses, arms["off"].losses),
+                     "max_abs_diff_vs_off_first_10_steps": max_loss_diff(arms[name].losses, arms["off"].losses, 10),
+                     "steps_compared": min(len(arms[name].losses), len(arms["off"].losses))}
+              for name in names if name != "off"}
+    result.update(median_tokens_per_s=tps, cost=summary, losses_vs_off=losses,
+                  last_logged_stats={name: {k: v for k, v in arms[name].last_row.items()
+                                            if k == "step" or "/L" not in k} for name in names if name != "off"})
+    for name, s in summary.items():
+        say(f"{name}: median ratio {s['median_ratio']:.4f}, cost {s['cost_pct']:.2f}% (target {TARGET_COST_PCT}%, "
+            f"goal {GOAL_COST_PCT}%); losses vs off: max diff {losses[name]['max_abs_diff_vs_off']}")
+    profiles = {name: stats_kernel_ms(arms[name], 3 if not args.smoke else 1, device) for name in names}
+    result.update(profile=profiles)
+    say("profile (ms per step): " + ", ".join(
+        f"{name} all {p['all_kernels_ms_per_step']:.2f} / stats {p['stats_kernels_ms_per_step']:.3f}"
+        for name, p in profiles.items()))
+    release(*arms.values())
+
+
+def claims_cells(args, result: Result, say) -> None:
+    cells = {}
+    for d_k in (64, 4096):
+        arms = {}
+        for name in ("off", "every"):
+            arm = Arm(compose_cfg(cell_overrides(d_k, args.smoke) + ["train.progress=false"] + ARMS[name]))
+            for _ in range(3 + args.warmup_steps):
+                arm.step()
+            arms[name] = arm
+        device = arms["off"].rt.device
+        pairs = []
+        for p in range(args.cell_pairs):
+            order = ["off", "every"] if p % 2 == 0 else ["every", "off"]
+            seconds = {name: timed_window(arms[name], args.cell_window, device) for name in order}
+            pairs.append({name: 1e3 * seconds[name] / args.cell_window for name in ("off", "every")})
+        off = statistics.median(p["off"] for p in pairs)
+        every = statistics.median(p["every"] for p in pairs)
+        cells[str(d_k)] = {"attn_impl": arms["every"].model.blocks[0].attn.impl, "graphed": arms["every"].graphed,
+                           "ms_per_step_pairs": pairs, "off_ms": off, "every_ms": every,
+                           "cost_pct": 100 * (every - off) / off}
+        say(f"claims-grid cell d_k {d_k} ({cells[str(d_k)]['attn_impl']}): off {off:.3f} ms, every {every:.3f} ms "
+            f"a step ({cells[str(d_k)]['cost_pct']:+.1f}%)")
+        result.update(claims_grid_cells=cells)
+        release(*arms.values())
+
+
+def kernel_alone(args, result: Result, say) -> None:
+    """The statistics op at one 120M layer's shape against SDPA's forward at the same shape."""
+    if args.smoke or not torch.cuda.is_available():
+        return
+    from torch.nn import functional as F
+
+    B, H, T, d = 32, 12, 1024, 64
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+               for _ in range(3))  # (B, H, T, d) views, as the model's
+    stats_s = timed(lambda: attn_stats.head_stats(q, k, scale=d ** -0.5, causal=True), 20, torch.cuda.synchronize)
+    sdpa_s = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 20, torch.cuda.synchronize)
+    from andrea_exp.attn_stats_kernel import _row_block_stats_tuned
+
+    result.update(kernel_alone={"shape": [B, H, T, d], "stats_ms": 1e3 * stats_s, "sdpa_forward_ms": 1e3 * sdpa_s,
+                                "stats_ms_per_step_12_layers": 12e3 * stats_s,
+                                "tuned_config": str(_row_block_stats_tuned.best_config)})
+    say(f"one layer, B {B} H {H} T {T} d {d}: statistics {1e3 * stats_s:.3f} ms, SDPA forward {1e3 * sdpa_s:.3f} ms")
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    started = time.perf_counter()
+
+    def say(text: str) -> None:
+        print(f"[attn-stats-cost {time.perf_counter() - started:6.1f}s] {text}", flush=True)
+
+    argv_used = sys.argv[1:] if argv is None else list(argv)
+    result = Result(args.out, {
+        "command": "PYTHONPATH=. python3 benchmarks/attn_stats_cost.py " + " ".join(argv_used),
+        "commit": git_commit(), "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and not args.smoke
+        else "cpu", "torch": torch.__version__, "smoke": args.smoke, "target_cost_pct": TARGET_COST_PCT,
+        "goal_cost_pct": GOAL_COST_PCT, "keys": sorted(attn_stats.KEYS.values()),
+        "pooled_note": f"{K.ATTN_STEP}/score_max and max_prob_max: max over heads and layers; the rest: means"})
+    kernel_alone(args, result, say)
+    andrea_120m(args, result, say)
+    if time.perf_counter() - started < args.budget_s:
+        claims_cells(args, result, say)
+    else:
+        result.update(claims_grid_cells={"skipped": f"past --budget-s {args.budget_s:g}"})
+    result.update(total_s=time.perf_counter() - started)
+    say(f"wrote {args.out}")
+    return result.data
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+"""train.attn_stats: the fused statistics pass equals the explicit pipeline, in the model, the loop and the logs.
+
+Reference: attn_stats.reference_head_stats, i.e. attention.explicit_attention ((B, H, T, T) scores, float32
+softmax) reduced by the probe's metrics.head_attention_stats, run in float32 on the very values of q and k
+(bf16 inputs upcast exactly). Tolerances, stated once:
+- REL: |got - ref| <= 1e-4 (1 + |ref|) for score_max, entropy, entropy_norm, max_prob, max_prob_max;
+- saturated_frac: within 1.5 rows of the B * T (a row whose max probability sits within rounding of 0.99
+  may fall either side);
+- against the explicit pipeline run *in bf16* (which rounds its scores to bf16 before the softmax, as the
+  fused kernels do not): 1e-2 (1 + |ref|), and saturated_frac within 1% + 4 rows.
+
+The kernel tests (marked gpu) run the Triton kernels on CUDA; on a CPU machine with Triton installed they
+also run under Triton's interpreter when TRITON_INTERPRET=1 is set (bf16 excepted: the interpreter has no
+bf16 arithmetic). Elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from andrea_exp import attn_stats
+from andrea_exp import metric_keys as K
+from andrea_exp.attn_stats import STATS, head_stats, head_stats_torch, reference_head_stats
+from andrea_exp.config import ConfigError, validate
+from andrea_exp.model import Andrea, ModelConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+REL = 1e-4
+BF16_REL = 1e-2
+TS = (1, 2, 17, 128, 1024)
+D_KS = (16, 64, 256)
+FILLS = (-math.inf, -1e9)
+
+
+def kernel_device() -> str | None:
+    """Where the Triton kernels can run: cuda, cpu (Triton's interpreter), or None."""
+    if not attn_stats.triton_available():
+        return None
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else None
+
+
+needs_kernel = pytest.mark.skipif(kernel_device() is None, reason="needs CUDA with Triton (or TRITON_INTERPRET=1)")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def exact_float32_matmuls():
+    """The torch path's float32 q k^T in full float32 (runtime.setup_runtime turns TF32 on for training)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def random_qk(T: int, d: int, dtype=torch.float32, device="cpu", seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    B, H = (1, 2) if T >= 1024 else (2, 3)
+    q, k = (torch.randn(B, H, T, d, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+    return q, k
+
+
+def assert_close(got: torch.Tensor, ref: torch.Tensor, rows: int, rel: float = REL, saturated_rows: float = 1.5,
+                 saturated_share: float = 0.0, where: str = "") -> None:
+    """(N_STATS, H) against (N_STATS, H) with the tolerances of the module docstring; nan where ref is nan."""
+    got, ref = got.float().cpu(), ref.float().cpu()
+    assert got.shape == ref.shape
+    for name, g, r in zip(STATS, got, ref):
+        assert torch.equal(g.isnan(), r.isnan()), f"{where} {name}: nan pattern {g} vs {r}"
+        g, r = g[~r.isnan()], r[~r.isnan()]
+        if name == "saturated_frac":
+            bound = saturated_rows / rows + saturated_share
+            assert (g - r).abs().max().item() <= bound if g.numel() else True, f"{where} {name}: {g} vs {r}"
+        else:
+            assert ((g - r).abs() <= rel * (1 + r.abs())).all(), f"{where} {name}: {g} vs {r}"
+
+
+def check_against_explicit(T, d, causal, scaled, fill, dtype, impl, device):
+    q, k = random_qk(T, d, dtype, device)
+    scale = 1 / math.sqrt(d) if scaled else 1.0
+    got = head_stats(q, k, scale=scale, causal=causal, impl=impl)
+    ref = reference_head_stats(q.double(), k.double(), scale=scale, causal=causal, mask_fill=fill)
+    rows = q.size(0) * T
+    assert_close(got, ref, rows, where=f"T {T} d {d} causal {causal} scaled {scaled} fill {fill} {dtype}")
+    if dtype == torch.bfloat16:  # the explicit pipeline as it runs in bf16: scores rounded to bf16
+        ref_bf16 = reference_head_stats(q, k, scale=scale, causal=causal, mask_fill=fill)
+        assert_close(got, ref_bf16, rows, rel=BF16_REL, saturated_rows=4, saturated_share=0.01, where="bf16 explicit")
+
+
+def grid():
+    for T in TS:
+        for d in D_KS:
+            for causal in (True, False):
+                for fill in FILLS if causal else FILLS[:1]:  # without the mask nothing is filled
+                    for scaled in (True, False):
+                        for dtype in (torch.float32, torch.bfloat16):
+                            yield pytest.param(T, d, causal, scaled, fill, dtype,
+                                               id=f"T{T}-d{d}-{'causal' if causal else 'full'}-"
+                                                  f"{'scaled' if scaled else 'unscaled'}-fill{fill:g}-"
+                                                  f"{str(dtype).split('.')[-1]}")
+
+
+# ---------------------------------------------------------------- the PyTorch path (CPU)
+
+
+@pytest.mark.parametrize("T, d, causal, scaled, fill, dtype", list(grid()))
+def test_torch_path_equals_the_explicit_pipeline(T, d, causal, scaled, fill, dtype):
+    check_against_explicit(T, d, causal, scaled, fill, dtype, "torch", "cpu")
+
+
+def test_one_hot_rows_have_entropy_zero_and_max_prob_one():
+    T, d = 17, 32
+    keys = torch.eye(T, d)[None, None] * 40.0  # (1, 1, T, d): key j is 40 e_j
+    q = keys.clone()  # q_i . k_j = 1600 [i == j]: each row puts its mass on its own key
+    for causal in (True, False):
+        got = head_stats_torch(q, keys, 1.0, causal)
+        values = dict(zip(STATS, got[:, 0].tolist()))
+        assert values["entropy"] == pytest.approx(0.0, abs=1e-6)
+        assert values["entropy_norm"] == pytest.approx(0.0, abs=1e-6)
+        assert values["max_prob"] == pytest.approx(1.0, abs=1e-6)
+        assert values["max_prob_max"] == pytest.approx(1.0, abs=1e-6)
+        assert values["saturated_frac"] == 1.0
+        assert values["score_max"] == pytest.approx(1600.0)
+        assert_close(got, reference_head_stats(q, keys, scale=1.0, causal=causal), T)
+
+
+def test_uniform_rows_have_entropy_log_n():
+    T, d = 17, 8
+    q, k = torch.zeros(2, 3, T, d), torch.randn(2, 3, T, d)  # every score 0
+    n = torch.arange(1, T + 1, dtype=torch.float64)
+    for causal, n_vis in ((True, n), (False, torch.full((T,), float(T), dtype=torch.float64))):
+        got = dict(zip(STATS, head_stats_torch(q, k, 0.125, causal)[:, 0].tolist()))
+        assert got["entropy"] == pytest.approx(n_vis.log().mean().item(), rel=1e-6)
+        assert got["entropy_norm"] == pytest.approx(1.0, rel=1e-6)
+        assert got["max_prob"] == pytest.approx((1 / n_vis).mean().item(), rel=1e-6)
+        assert got["max_prob_max"] == pytest.approx(0.5 if causal else 1 / T, rel=1e-6)  # row 1 sees two keys
+        assert got["saturated_frac"] == pytest.approx(1 / T if causal else 0.0)  # causal row 0: one key, p = 1
+        assert got["score_max"] == 0.0
+
+
+def rising_keys(T: int = 64, d: int = 16):
+    """q_i . k_j = 8 j / T: every row prefers the latest key it may see, so the future would dominate."""
+    u = torch.randn(d)
+    u = u / u.norm()
+    q = u.expand(1, 1, T, d).clone()
+    k = (8.0 * torch.arange(T) / T)[:, None] * u  # (T, d)
+    return q, k[None, None].clone()
+
+
+def test_the_statistics_fail_if_the_mask_is_ignored():
+    q, k = rising_keys()
+    causal = reference_head_stats(q, k, scale=1.0, causal=True)
+    full = reference_head_stats(q, k, scale=1.0, causal=False)
+    got = head_stats_torch(q, k, 1.0, True)
+    assert_close(got, causal, q.size(2))
+    # the same kernel with the mask ignored would give `full`: the test above tells the two apart by far
+    for name in ("entropy", "entropy_norm", "max_prob"):
+        i = STATS.index(name)
+        assert (causal[i] - full[i]).abs().min() > 100 * REL * (1 + full[i].abs().max()), name
+    with pytest.raises(AssertionError):
+        assert_close(head_stats_torch(q, k, 1.0, False), causal, q.size(2))
+
+
+def test_a_finite_fill_gives_what_minus_inf_gives():
+    q, k = random_qk(128, 64)
+    assert_close(reference_head_stats(q, k, scale=0.125, causal=True, mask_fill=-1e9),
+                 reference_head_stats(q, k, scale=0.125, causal=True), 2 * 128, rel=1e-6)
+
+
+def test_key_chunking_does_not_change_the_values():
+    q, k = random_qk(100, 16)
+    assert_close(head_stats_torch(q, k, 0.25, True, key_chunk=7), head_stats_torch(q, k, 0.25, True, key_chunk=256),
+                 200, rel=1e-5)
+
+
+def test_the_op_dispatches_to_the_torch_path_on_the_cpu_and_stays_off_autograd():
+    q, k = random_qk(33, 16)
+    q.requires_grad_(True)
+    got = head_stats(q, k, scale=0.25, causal=True)
+    assert not got.requires_grad and got.dtype == torch.float32 and got.shape == (len(STATS), 3)
+    assert torch.equal(got, head_stats_torch(q.detach(), k, 0.25, True))
+
+
+# ---------------------------------------------------------------- in the model (CPU)
+
+
+def tiny_model(**fields) -> Andrea:
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=32, block_size=16, d_model=32, n_layer=2, n_head=2, d_k=16, d_v=16)
+    return Andrea(ModelConfig(**{**cfg, **fields}))
+
+
+def recorded(model) -> torch.Tensor:
+    return torch.stack([block.attn.step_stats.clone() for block in model.blocks])  # (L, N_STATS, H)
+
+
+def captured_reference(model, idx) -> torch.Tensor:
+    """Each layer's statistics from the explicit pipeline on the q, k the probe's capture sees."""
+    stages = model.set_capture(True)
+    try:
+        model(idx, idx)
+        return torch.stack([reference_head_stats(st["q"], st["k"], scale=block.attn.scale, causal=block.attn.causal,
+                                                 mask_fill=block.attn.mask_fill)
+                            for st, block in zip(stages, model.blocks)])
+    finally:
+        model.set_capture(False)
+
+
+@pytest.mark.parametrize("fields", [{"attn_impl": "fused"}, {"attn_impl": "explicit"},
+                                    {"attn_impl": "bilinear", "d_k": 128}, {"attn_impl": "auto", "d_k": 512},
+                                    {"qk_layernorm": True}, {"mask_fill": -1e9}, {"causal": False},
+                                    {"scale": "none", "qk_init": "unit"}],
+                         ids=["fused", "explicit", "bilinear", "auto-d_k512", "qk_layernorm", "fill-1e9", "full",
+                              "unscaled"])
+def test_a_training_forward_records_what_the_explicit_pipeline_reads(fields):
+    model = tiny_model(**fields)
+    attn_stats.enable(model)
+    idx = torch.randint(0, 32, (3, 16), generator=torch.Generator().manual_seed(1))
+    model.train()
+    _, loss = model(idx, idx)
+    got = recorded(model)
+    ref = captured_reference(model, idx)
+    for li in range(len(model.blocks)):
+        assert_close(got[li], ref[li], 3 * 16, rel=1e-4, where=f"layer {li}")
+    loss.backward()  # the statistics took nothing from autograd
+
+
+def test_eval_no_grad_probe_and_visible_keys_forwards_leave_the_buffer_alone():
+    model = tiny_model()
+    attn_stats.enable(model)
+    idx = torch.randint(0, 32, (2, 16))
+    model.train()
+    model(idx, idx)
+    before = recorded(model)
+    other = torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        model(other, other)
+    model.eval()
+    model(other, other)
+    model.train()
+    model(other, other, visible_keys=torch.tensor([3, 16]))
+    captured_reference(model, other)  # the probe's capture
+    assert torch.equal(recorded(model), before)
+    model(other, other)
+    assert not torch.equal(recorded(model), before)
+
+
+def test_a_model_without_statistics_has_no_buffers_and_unchanged_state_dict():
+    plain, enabled = tiny_model(), tiny_model()
+    attn_stats.enable(enabled)
+    assert plain.blocks[0].attn.step_stats is None
+    assert plain.state_dict().keys() == enabled.state_dict().keys()  # checkpoints unchanged
+    enabled.load_state_dict(plain.state_dict())
+
+
+@pytest.mark.slow
+def test_a_compiled_model_records_the_eager_values():
+    model = tiny_model()
+    attn_stats.enable(model)
+    idx = torch.randint(0, 32, (3, 16))
+    model(idx, idx)
+    eager = recorded(model)
+    for block in model.blocks:
+        block.attn.step_stats.zero_()
+    compiled = torch.compile(model)
+    _, loss = compiled(idx, idx)
+    loss.backward()
+    assert torch.allclose(recorded(model), eager, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- rows and keys
+
+
+def test_metric_rows_pool_heads_and_layers_and_name_registered_keys():
+    values = torch.arange(2 * 3 * len(STATS) * 2, dtype=torch.float32).reshape(2, 3, len(STATS), 2)  # (steps, L, S, H)
+    rows = attn_stats.metric_rows(values, per_head=True)
+    assert len(rows) == 2
+    row = rows[1]
+    sm, ent = STATS.index("score_max"), STATS.index("entropy")
+    assert row["attn_step/L2/score_max"] == values[1, 2, sm].max().item()  # max over heads
+    assert row["attn_step/score_max"] == values[1, :, sm].max().item()  # max over layers
+    assert row["attn_step/L0/entropy"] == pytest.approx(values[1, 0, ent].mean().item())
+    assert row["attn_step/entropy"] == pytest.approx(values[1, :, ent].mean().item())
+    assert row["attn_step/L1/H1/saturated_frac"] == values[1, 1, STATS.index("saturated_frac"), 1].item()
+    assert len(row) == len(STATS) * (1 + 3 + 3 * 2)
+    assert all(K.is_known(key) for key in row), [key for key in row if not K.is_known(key)]
+    assert set(attn_stats.KEYS.values()) <= set(K.MEANINGS)
+    assert not any("/H" in key for key in attn_stats.metric_rows(values, per_head=False)[0])
+
+
+# ---------------------------------------------------------------- settings and the loop (CPU)
+
+TINY = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=2", "model.block_size=16", "data.seq_len=16",
+        "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=6",
+        "train.eval_every=0", "train.log_every=4", "probe.every=0", "train.progress=false", "train.device=cpu",
+        "train.sample_tokens=2"]
+
+
+def config(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose("config", overrides=[*TINY, *overrides])
+
+
+def test_settings_default_off_and_bad_values_are_one_line():
+    assert config().train.attn_stats == "off"
+    validate(config("train.attn_stats=every", "train.attn_stats_every=3", "train.attn_stats_per_head=true"))
+    validate(config("train.attn_stats=false"))  # YAML's bare `off`
+    with pytest.raises(ConfigError, match=r"^train.attn_stats must be one of every, off; got 'sometimes'$"):
+        validate(config("train.attn_stats=sometimes"))
+    with pytest.raises(ConfigError, match=r"^train.attn_stats_every must be an integer >= 1; got 0$"):
+        validate(config("train.attn_stats_every=0"))
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
+    from andrea_exp.train import train
+
+    cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
+    train(cfg, tmp_path)
+    rows = [r for r in read_rows(tmp_path) if K.TRAIN_LOSS in r]
+    assert [r["step"] for r in rows] == list(range(6))
+    logged = [r["step"] for r in rows if K.ATTN_STEP_ENTROPY in r]
+    assert logged == list(range(0, 6, every))
+    for r in rows:
+        if r["step"] in logged:
+            keys = [key for key in r if key.startswith("attn_step/")]
+            assert len(keys) == len(STATS) * (1 + 2) and all(K.is_known(key) for key in keys)
+            assert 0 < r[K.ATTN_STEP_ENTROPY] <= math.log(16) and 0 < r[K.ATTN_STEP_MAX_PROB] <= 1
+            assert math.isfinite(r[K.ATTN_STEP_SCORE_MAX])
+
+
+def test_the_loop_logs_no_statistics_when_off(tmp_path):
+    from andrea_exp.train import train
+
+    train(config(), tmp_path)
+    assert not any(key.startswith("attn_step/") for r in read_rows(tmp_path) for key in r)
+
+
+# ---------------------------------------------------------------- the Triton kernels (GPU; or Triton's interpreter)
+
+
+def kernel_grid():
+    for param in grid():
+        T, d, causal, scaled, fill, dtype = param.values
+        if kernel_device() == "cpu" and (dtype == torch.bfloat16 or T == 1024):
+            continue  # the interpreter: no bf16, and T 1024 takes minutes
+        yield pytest.param(*param.values, id=param.id, marks=pytest.mark.gpu)
+
+
+@needs_kernel
+@pytest.mark.parametrize("T, d, causal, scaled, fill, dtype", list(kernel_grid()))
+def test_kernel_equals_the_explicit_pipeline(T, d, causal, scaled, fill, dtype):
+    check_against_explicit(T, d, causal, scaled, fill, dtype, "triton", kernel_device())
+
+
+@pytest.mark.gpu
+@needs_kernel
+def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
+    device = kernel_device()
+    q, k = (t.to(device) for t in rising_keys())
+    got = head_stats(q, k, scale=1.0, causal=True, impl="triton")
+    assert_close(got, reference_head_stats(q, k, scale=1.0, causal=True), q.size(2))
+    with pytest.raises(AssertionError):
+        assert_close(got, reference_head_stats(q, k, scale=1.0, causal=False), q.size(2))
+    q, k = random_qk(300, 64, device=device)
+    assert_close(head_stats(q, k, scale=0.125, causal=True, impl="triton"), head_stats_torch(q, k, 0.125, True), 600)
+
+
+@pytest.mark.gpu
+@needs_kernel
+def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
+    device = kernel_device()
+    q, k = random_qk(130, 32, device=device)
+    k_heads_first = k.transpose(0, 1).contiguous().transpose(0, 1)  # (B, H, T, d) view of an (H, B, T, d) tensor
+    k_expanded = k[:, :1].expand_as(k)  # stride 0 over heads, as the bilinear path's right operand
+    for kk in (k_heads_first, k_expanded):
+        assert_close(head_stats(q, kk, scale=0.2, causal=True, impl="triton"),
+                     reference_head_stats(q, kk.contiguous(), scale=0.2, causal=True), 260)
+    keys = (torch.eye(17, 32) * 40.0)[None, None].to(device)
+    got = dict(zip(STATS, head_stats(keys, keys, scale=1.0, causal=True, impl="triton")[:, 0].tolist()))
+    assert got["entropy"] == pytest.approx(0.0, abs=1e-6) and got["max_prob"] == pytest.approx(1.0)
+
+
+@pytest.mark.gpu
+@needs_kernel
+def test_the_flag_turns_the_kernels_off():
+    device = kernel_device()
+    q, k = random_qk(64, 16, device=device)
+    from andrea_exp.attn_stats_kernel import head_stats_triton
+
+    for T in (64, 1):  # T 1 also fills nan into entropy_norm and max_prob_max, on the device
+        flag = torch.zeros(1, dtype=torch.int32, device=device)
+        out = torch.full((len(STATS), 3), 123.0, device=device)
+        head_stats_triton(q[:, :, :T], k[:, :, :T], flag, 0.25, True, 0.99, out=out)
+        assert (out == 123.0).all()  # off: nothing written
+        flag.fill_(1)
+        head_stats_triton(q[:, :, :T], k[:, :, :T], flag, 0.25, True, 0.99, out=out)
+        assert_close(out, head_stats_torch(q[:, :, :T], k[:, :, :T], 0.25, True), 2 * T)
+
+
+# ---------------------------------------------------------------- a real training step on the GPU
+
+
+def gpu_config(*overrides: str):
+    small = ["logger.mode=disabled", "model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64",
+             "data.train_sequences=256", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=40",
+             "probe.every=0", "train.progress=false", "train.precision=bf16", "train.attn_stats=every"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose("config", overrides=[*small, *overrides])
+
+
+def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(each step's recorded statistics, each step's reference from the explicit pipeline on the weights and
+    batch the step's forward saw) for `steps` steps of the step train() builds."""
+    from andrea_exp.data import build_dataset
+    from andrea_exp.runtime import setup_runtime
+    from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+
+    rt = setup_runtime(cfg)
+    torch.manual_seed(cfg.seed)
+    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
+    model = build_model(cfg, data.vocab_size).to(rt.device)
+    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
+    stats = attn_stats.from_config(cfg, model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
+    got, ref = [], []
+    for i in range(steps):
+        x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            ref.append(captured_reference(model, x.contiguous()))  # before the step changes the weights
+        model.train()
+        stats.before_step(i)
+        step(x, y)
+        stats.after_step(i)
+        got.append(torch.stack([b.attn.step_stats.clone() for b in model.blocks]))
+    return got, ref
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.skipif(not attn_stats.triton_available(), reason="needs Triton")
+@pytest.mark.parametrize("mode", ["eager", "graphed", "graphed-compiled"])
+def test_training_steps_record_the_explicit_pipelines_values(mode):
+    overrides = {"eager": ["train.cuda_graph=false"], "graphed": ["train.cuda_graph=true"],
+                 "graphed-compiled": ["train.cuda_graph=true", "train.compile=true"]}[mode]
+    cfg = gpu_config(*overrides, "train.attn_stats_every=2")
+    got, ref = stats_of_steps(cfg, 10)
+    for i in range(0, 10, 2):  # the due steps; the graph's replays after its capture included
+        for li in range(len(got[i])):
+            assert_close(got[i][li], ref[i][li], 8 * 64, rel=BF16_REL, saturated_rows=4, saturated_share=0.01,
+                         where=f"{mode} step {i} layer {li}")
+
+
+# ---------------------------------------------------------------- the cost benchmark (CPU smoke)
+
+
+def test_cost_benchmark_smoke_writes_the_result(tmp_path):
+    from benchmarks.attn_stats_cost import main
+
+    out = tmp_path / "attn_stats.json"
+    data = main(["--smoke", "--arms", "off,every", "--cell-pairs", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(data))
+    assert set(data["cost"]) == {"every"} and len(data["pairs"]) == 2
+    assert data["losses_vs_off"]["every"]["max_abs_diff_vs_off"] == 0.0  # the statistics never change training
+    assert data["last_logged_stats"]["every"][K.ATTN_STEP_SCORE_MAX] > 0
+    assert set(data["claims_grid_cells"]) == {"64", "4096"}
+    assert data["claims_grid_cells"]["4096"]["attn_impl"] == "bilinear"
