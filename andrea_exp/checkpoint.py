@@ -17,13 +17,15 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from andrea_exp.choices import canonical_scale
 from andrea_exp.config import ConfigError
-from andrea_exp.rundir import flatten
+from andrea_exp.rundir import canonical_config, flatten
 from andrea_exp.schema import is_scientific
 
 LATEST = "latest.pt"
 BEST = "best.pt"
 STEP_PREFIX = "step-"
+SCALE_KEY = "model.scale"
 
 
 class CheckpointError(ConfigError):
@@ -63,15 +65,43 @@ def save(directory: Path, *, step: int, model, optimizer, scheduler, extra: dict
     tmp = directory / (LATEST + ".tmp")
     try:
         with open(tmp, "wb") as fh:
-            torch.save(payload, fh)
+            writer = _RecordingWriter(fh)
+            try:
+                torch.save(payload, writer)
+            except RuntimeError as err:  # torch reports a failed write as "[enforce fail at inline_container.cc...]"
+                if writer.error is None:
+                    raise
+                raise writer.error from err
             fh.flush()
             os.fsync(fh.fileno())
-    except BaseException:
+    except OSError as err:  # a full disk, a quota: the one line names the checkpoint, not the temporary file
         tmp.unlink(missing_ok=True)  # don't leave a partial file filling the disk
+        err.filename, err.filename2 = str(target), None
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, target)
     _fsync_dir(directory)  # make the rename itself durable
     return target
+
+
+class _RecordingWriter:
+    """The file torch.save writes through, keeping the OSError of a failed write (torch raises its own
+    RuntimeError instead, which names neither the file nor the cause)."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -122,7 +152,7 @@ def restore(state: dict, *, model, optimizer, scheduler, max_steps: int, path: P
 
 def scientific_settings(cfg) -> dict:
     """The resolved config flattened to dotted keys, scientific settings only (`schema.is_scientific`)."""
-    flat = flatten(OmegaConf.to_container(cfg, resolve=True))
+    flat = flatten(canonical_config(OmegaConf.to_container(cfg, resolve=True)))
     return {key: value for key, value in sorted(flat.items())
             if is_scientific(key)}
 
@@ -131,6 +161,8 @@ def check_settings(saved: dict | None, current: dict, path: Path) -> None:
     """One line naming every scientific setting that differs from the checkpoint's (old -> new)."""
     if saved is None:
         return  # a checkpoint written before settings were recorded: nothing to compare
+    if SCALE_KEY in saved:  # recorded as typed (true or "sqrt") before settings were spelled one way
+        saved = {**saved, SCALE_KEY: canonical_scale(saved[SCALE_KEY])}
     changed = [f"{key} {saved.get(key, '(unset)')} -> {current.get(key, '(unset)')}"
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
     if changed:

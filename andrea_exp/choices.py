@@ -31,6 +31,15 @@ def normalize_scale(scale) -> str:
     raise ValueError(f"model.scale must be one of sqrt, none, inv, true, false; got {scale!r}")
 
 
+def canonical_scale(scale):
+    """`model.scale` as one value however it was typed (true, "sqrt", "on" -> "sqrt"; false, "none" -> "none";
+    "inv"), for summaries, tables and names; a value that is no scale mode is left as it is."""
+    try:
+        return normalize_scale(scale)
+    except ValueError:
+        return scale
+
+
 def normalize_mask_fill(mask_fill) -> float:
     """`model.mask_fill` as a float: -inf, or a large negative number such as -1e9."""
     try:

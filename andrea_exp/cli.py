@@ -7,14 +7,12 @@ each resume's config and overrides go to `.hydra/resume-N/` beside them (see `re
 from __future__ import annotations
 
 import contextlib
-import errno
 import math
 import os
 import shlex
 import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 import hydra
@@ -22,8 +20,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from andrea_exp import devices, orphans, sweep, sweep_stop, tracking
+from andrea_exp import devices, orphans, run_guard, sweep, sweep_stop, tracking
 from andrea_exp.config import ConfigError, command_line_error, validate
+from andrea_exp.errors import describe_os_error, unwritable
 from andrea_exp.metric_keys import LOOP_PHASES, RUN_TIME
 from andrea_exp.rundir import read_summary, write_summary
 from andrea_exp.schema import CONF_DIR
@@ -65,17 +64,23 @@ def run_job(cfg: DictConfig) -> dict:
         if in_sweep:
             return {"run/status": "failed"}
         sys.exit(2)
+    held = run_guard.holding(run_dir)
+    if _is_rank_zero():  # rank 0 alone writes the run's files; under torchrun the others may find them begun
+        refused = guard_run_dir(cfg, hydra_cfg, run_dir, held, in_sweep)
+        if refused is not None:
+            return refused
     in_worker = in_sweep and sweep_stop.is_local_launcher(hydra_cfg.launcher)
-    if in_worker:
+    # a sweep this machine stops cleanly: in a local worker, or in the launching process (Hydra's basic launcher)
+    cells_here = in_worker or (in_sweep and sweep_stop.LAUNCHER.armed)
+    if cells_here:
         sweep_dir = Path(hydra_cfg.sweep.dir)
-        orphans.follow_launcher(sweep_dir)  # the worker ends, once idle, if the launching process has gone
+        if in_worker:
+            orphans.follow_launcher(sweep_dir)  # the worker ends, once idle, if the launching process has gone
         stopped_by = sweep_stop.requested(sweep_dir)
         if stopped_by is not None:  # Ctrl-C before this cell began: recorded, not started
-            summary = {"run/status": "interrupted", "run/steps": 0,
-                       "run/error": f"not started: the sweep was stopped by {signal.Signals(stopped_by).name}"}
-            write_summary(run_dir, summary, cfg)
-            return summary
-        device = devices.assign_device(cfg, sweep_dir, hydra_cfg.job.num)  # before CUDA starts
+            return record_not_started(cfg, run_dir, held, stopped_by)
+    if in_worker:
+        device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
     from andrea_exp.interrupts import Interrupted  # torch imports kept out of config errors' path
@@ -90,7 +95,7 @@ def run_job(cfg: DictConfig) -> dict:
             print(f"[andrea-exp] {done}", flush=True)
         return done.summary
     except Interrupted as stop:
-        if in_worker:  # the launching process stops handing out cells and prints the sweep's table
+        if cells_here:  # the launching process starts no more cells, prints the table and the sweep's resume line
             print(f"[andrea-exp] cell {hydra_cfg.job.num} {stop}", flush=True)
             return stop.summary
         if _is_rank_zero():
@@ -122,6 +127,54 @@ def run_job(cfg: DictConfig) -> dict:
     return summary
 
 
+# ---------------------------------------------------------------- runs already in the directory
+
+
+def guard_run_dir(cfg, hydra_cfg, run_dir: Path, held: run_guard.Holding, in_sweep: bool) -> dict | None:
+    """Refuse a job that would overwrite a run, or resume one that is not there (run_guard); with
+    train.overwrite=true clear the earlier run's files first. Returns the refused job's result, else None."""
+    resume, overwrite = bool(cfg.train.resume), bool(cfg.train.get("overwrite", False))
+    problem = run_guard.refusal(run_dir, held, resume=resume, overwrite=overwrite, in_sweep=in_sweep)
+    if problem is not None:  # nothing of the run is touched: no summary is written
+        if in_sweep:
+            print(f"error: cell {hydra_cfg.job.num} refused: {problem}", file=sys.stderr)
+            return {"run/status": "failed"}
+        discard_resume_record(run_dir, hydra_cfg)
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    if run_guard.starts_afresh(held, resume=resume, overwrite=overwrite):
+        run_guard.clear_run(run_dir, hydra_cfg.output_subdir)
+        print(f"[andrea-exp] train.overwrite=true: replacing {run_guard.describe(held)} in {run_dir}", flush=True)
+    return None
+
+
+def record_not_started(cfg, run_dir: Path, held: run_guard.Holding, stopped_by: int) -> dict:
+    """A cell the stopped sweep never began: a new one is recorded as interrupted at step 0; one that holds a
+    run already (a resumed sweep stopped again) keeps its files as they are."""
+    if held.kind not in run_guard.FREE:
+        return read_summary(run_dir)
+    summary = {"run/status": "interrupted", "run/steps": 0,
+               "run/error": f"not started: the sweep was stopped by {signal.Signals(stopped_by).name}"}
+    write_summary(run_dir, summary, cfg)
+    return summary
+
+
+def directory_refusal(argv: list[str]) -> str | None:
+    """run_guard's refusal for the run or sweep directory that the command line names, before Hydra writes
+    into it. A directory left to Hydra's default (a new time stamp) is checked by each job instead."""
+    if any(arg.split("=")[0] in NO_RUN_FLAGS for arg in argv):
+        return None
+    resume, overwrite = (_is_true(_setting(argv, key) or "false") for key in ("train.resume", "train.overwrite"))
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    given = _setting(argv, "hydra.sweep.dir" if multirun else "hydra.run.dir")
+    if given is None or "${" in given:
+        return None
+    if multirun:
+        return run_guard.sweep_refusal(Path(given), resume=resume, overwrite=overwrite)
+    held = run_guard.holding(Path(given))
+    return run_guard.refusal(Path(given), held, resume=resume, overwrite=overwrite, in_sweep=False)
+
+
 # ---------------------------------------------------------------- failures outside the settings
 
 # Exit codes: 2 for bad settings (nothing was run), FAILURE_EXIT for a run that the file system stopped (a
@@ -129,25 +182,11 @@ def run_job(cfg: DictConfig) -> dict:
 FAILURE_EXIT = 1  # what Hydra itself exits with when a job raises
 NO_RUN_FLAGS = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion",
                 "--version"}
-WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def full_error() -> bool:
     """HYDRA_FULL_ERROR=1: the user asked for Hydra's full traceback instead of our one line."""
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
-
-
-def describe_os_error(err: OSError) -> str:
-    """One line naming the path and the cause: `cannot write /x/metrics.jsonl: No space left on device`.
-    The first OSError of a chain is the cause (a full disk also fails the summary written after it)."""
-    while isinstance(err.__context__, OSError) and err.__context__.filename is not None:
-        err = err.__context__
-    cause = err.strerror or str(err) or type(err).__name__
-    if err.filename is None:
-        return f"{type(err).__name__}: {cause}"
-    verb = "write" if err.errno in WRITE_ERRNOS else "read" if err.errno == errno.ENOENT else "access"
-    target = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
-    return f"cannot {verb} {target}: {cause}"
 
 
 def output_dir_error(argv: list[str]) -> str | None:
@@ -160,17 +199,8 @@ def output_dir_error(argv: list[str]) -> str | None:
     given = _setting(argv, key)
     fixed = (given if given is not None else "outputs").split("${")[0]  # the part before any interpolation
     where = Path(fixed or ".").expanduser().absolute()
-    existing = where
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as err:
-        return f"cannot write {where} ({key}): {err.strerror or type(err).__name__}"
-    return None
+    err = unwritable(where)
+    return None if err is None else f"cannot write {where} ({key}): {err.strerror or type(err).__name__}"
 
 
 # ---------------------------------------------------------------- resuming
@@ -247,6 +277,25 @@ _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="co
 
 
 def main() -> None:
+    try:
+        run_command()
+    except KeyboardInterrupt:  # Ctrl-C where no training step runs to stop cleanly: one line, not a traceback
+        print(f"[andrea-exp] {interrupted_where()}", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.SIGINT)
+
+
+def interrupted_where() -> str:
+    """What a KeyboardInterrupt that reached main() cut short, in one line."""
+    if sweep_stop.LAUNCHER.signum is not None:
+        return "stopped at once by a second signal"
+    interrupts = sys.modules.get("andrea_exp.interrupts")  # not imported before a run begins
+    if interrupts is None or not interrupts.loops_begun:
+        return "interrupted by SIGINT during start-up, before the first training step; nothing was trained"
+    return ("interrupted by SIGINT outside a training step (the end of a run: final evaluation, checkpoint or "
+            "summary); its files are as far as they got")
+
+
+def run_command() -> None:
     # bad settings as one line before Hydra makes a run directory (HYDRA_FULL_ERROR=1 keeps Hydra's own report)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
         # each process would stamp its own time into the default run directory
@@ -263,6 +312,10 @@ def main() -> None:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             sys.exit(FAILURE_EXIT)
+    problem = directory_refusal(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     extra, problem = resume_overrides(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)

@@ -6,6 +6,7 @@ import contextlib
 import difflib
 import functools
 import io
+import math
 import re
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def command_line_error(argv: list[str], config_dir: Path, config_name: str = "co
         for cell, swept in _cells(fixed, axes):
             where = f" (sweep value {swept})" if swept else ""
             try:
-                cfg = compose_cell(cell)
+                cfg = compose_cell(cell, hydra=not multirun)  # a single run: hydra.sweeper.params, read below
             except MissingConfigException as err:
                 return _missing_choice(err)
             except (HydraException, OmegaConfBaseException) as err:
@@ -183,7 +184,24 @@ def command_line_error(argv: list[str], config_dir: Path, config_name: str = "co
                     validate_device(cfg)
             except ConfigError as err:
                 return f"{err}{where}"
+            if not multirun:
+                return sweep_without_m(cfg, fixed, argv)
     return None
+
+
+def sweep_without_m(hydra_cfg: DictConfig, fixed: list[str], argv: list[str]) -> str | None:
+    """One line for a sweep preset (an experiment with hydra.sweeper.params) run without -m, which Hydra would
+    run as one cell of its grid without a word; None when the command line gives every swept setting one value."""
+    import shlex
+
+    open_axes = [axis for axis in _experiment_axes(hydra_cfg, fixed, []) if len(axis) > 1]
+    if not open_axes:
+        return None
+    runs = math.prod(len(axis) for axis in open_axes)
+    keys = ", ".join(axis[0].split("=", 1)[0] for axis in open_axes)
+    preset = next((line for line in fixed if line.lstrip("+~").startswith("experiment=")), "the experiment")
+    return (f"{preset} is a sweep of {runs} runs over {keys}; run it with -m: andrea-exp -m {shlex.join(argv)} "
+            "(or give each of those settings one value to train a single run)")
 
 
 class _OverrideError(ValueError):

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from andrea_exp import metric_keys as K
+from andrea_exp import sweep_stop
 from andrea_exp.runtime import Runtime
 from andrea_exp.signals import FirstSignal
 
@@ -26,6 +27,7 @@ class Interrupted(Exception):
 
 
 _active: StopRequest | None = None  # the running loop's request, for request_stop()
+loops_begun = 0  # training loops this process has entered (a Ctrl-C outside them is start-up or an end)
 
 
 def request_stop(signum: int) -> None:
@@ -40,8 +42,11 @@ class StopRequest(FirstSignal):
     gets the previous handler (Ctrl-C twice still kills a stuck run)."""
 
     def __enter__(self) -> StopRequest:
-        global _active
-        self.take()
+        global _active, loops_begun
+        loops_begun += 1
+        self.signum = sweep_stop.LAUNCHER.stop_asked()  # the sweep running here was stopped during this cell's set-up
+        if self.signum is None:
+            self.take()  # else the next signal is the second: it kills
         _active = self
         return self
 

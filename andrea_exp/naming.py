@@ -14,6 +14,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from andrea_exp import rundir
+from andrea_exp.choices import canonical_scale
 
 MAX_TAG = 64  # W&B's limit on a tag's length
 AXIS_TAGS = ("model.d_k", "model.scale", "model.causal")  # tagged by value even when not swept
@@ -28,10 +29,14 @@ class JobContext:
 
 
 def split_override(text: str) -> tuple[str, str]:
-    """`+model.d_k=True` -> ("model.d_k", "true"): key without Hydra's prefix, value as the user types it."""
+    """`+model.d_k=True` -> ("model.d_k", "true"): key without Hydra's prefix, value as the user types it;
+    model.scale spelled one way however it was typed (`model.scale=true` -> ("model.scale", "sqrt"))."""
     key, _, value = text.partition("=")
+    key = key.lstrip("+~")
+    if key == "model.scale":
+        return key, str(canonical_scale(value))
     # the sweeper writes booleans as Python does (True); show them as the user types them
-    return key.lstrip("+~"), {"True": "true", "False": "false"}.get(value, value)
+    return key, {"True": "true", "False": "false"}.get(value, value)
 
 
 def swept_keys(task_overrides: list[str], sweeper_params: dict | None) -> set[str]:

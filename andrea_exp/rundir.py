@@ -14,6 +14,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from andrea_exp.choices import canonical_scale
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_ID_FILE = "wandb_run_id"
@@ -41,6 +43,15 @@ def flatten(tree: dict, prefix: str = "") -> dict:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def canonical_config(config: dict) -> dict:
+    """A resolved config (nested dicts) with model.scale spelled one way however it was typed (true or "sqrt"
+    -> "sqrt": choices.canonical_scale), so that summaries, the runs table and W&B group it as one value."""
+    model = config.get("model")
+    if isinstance(model, dict) and "scale" in model:
+        return {**config, "model": {**model, "scale": canonical_scale(model["scale"])}}
+    return config
 
 
 def parse_number(value):
@@ -123,13 +134,14 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def write_summary(run_dir: Path, summary: dict, cfg) -> None:
     """summary.json at the top of the run directory, written atomically, with the resolved config."""
     summary = {k: jsonable(v) for k, v in summary.items()}
-    summary["config"] = OmegaConf.to_container(cfg, resolve=True)
+    summary["config"] = canonical_config(OmegaConf.to_container(cfg, resolve=True))
     target = Path(run_dir) / SUMMARY_FILE
     tmp = target.with_name(SUMMARY_FILE + ".tmp")
     try:
         tmp.write_text(json.dumps(summary, indent=2))
         os.replace(tmp, target)
-    except OSError as err:  # name the file the user knows, not the temporary one
+    except OSError as err:  # name the file the user knows, not the temporary one, and leave no part of it behind
+        tmp.unlink(missing_ok=True)
         raise type(err)(err.errno, err.strerror or str(err), str(target)) from None
 
 
@@ -175,10 +187,10 @@ def read_sweep_command(sweep_dir: Path) -> tuple[list[str], dict]:
 def read_config(run_dir: Path) -> dict:
     """The run's resolved config: from summary.json, else Hydra's `.hydra/config.yaml` (unresolved), else {}."""
     config = read_summary(run_dir).get("config")
-    if isinstance(config, dict):
-        return config
-    path = Path(run_dir) / HYDRA_DIR / "config.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
+    if not isinstance(config, dict):
+        path = Path(run_dir) / HYDRA_DIR / "config.yaml"
+        config = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
+    return canonical_config(config)  # runs written before summaries spelled model.scale one way
 
 
 def is_run_dir(path: Path) -> bool:

@@ -194,6 +194,7 @@ class TrainSchema:
     ckpt_every: int = setting(Integer(0), operational=True)
     keep_checkpoints: int = setting(Integer(0), operational=True)
     resume: bool = setting(Choice(BOOLS), operational=True)
+    overwrite: bool = setting(Choice(BOOLS), operational=True)  # train over a run already in the directory
     compile: bool = setting(Choice(BOOLS), operational=True)
     compile_mode: str = setting(Choice(COMPILE_MODES), operational=True)
     cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results

@@ -27,8 +27,13 @@ class FirstSignal:
 
     def _handle(self, signum, frame) -> None:
         self.signum = signum
+        outer = getattr(self._previous.get(signum), "__self__", None)
         self.give_back()
         self.on_signal(signum)
+        # The handler taken over may be another FirstSignal's (a sweep's, running its cells in this process): the
+        # first signal is its first too, so that the second reaches the handler before both, which kills.
+        if isinstance(outer, FirstSignal) and outer.signum is None:
+            outer._handle(signum, frame)
 
     def on_signal(self, signum: int) -> None:
         """What else the first signal does (nothing here)."""

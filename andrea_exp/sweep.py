@@ -79,7 +79,7 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         _failed.clear()
-        if sweep_stop.is_local_launcher(config.hydra.launcher):
+        if sweep_stop.runs_cells_here(config.hydra.launcher):
             sweep_stop.LAUNCHER.arm(config.hydra.sweep.dir)
         mode, why = resolve_mode(str(OmegaConf.select(config, "logger.mode", default="auto")))
         if mode == "offline":

@@ -29,6 +29,12 @@ def is_local_launcher(launcher_cfg) -> bool:
     return "joblib" in str(launcher_cfg.get("_target_", ""))
 
 
+def runs_cells_here(launcher_cfg) -> bool:
+    """Cells run on this machine, started by the launching process: Hydra's basic launcher (one after another,
+    in the launching process itself) or the joblib one. SLURM's cells are jobs of their own."""
+    return is_local_launcher(launcher_cfg) or str(launcher_cfg.get("_target_", "")).endswith(".BasicLauncher")
+
+
 def requested(sweep_dir: Path | str) -> int | None:
     """The signal that stopped this sweep, or None while it runs on."""
     try:
@@ -45,6 +51,15 @@ class LauncherStop(FirstSignal):
         super().__init__()
         self._sweep_dir: Path | None = None
 
+    @property
+    def armed(self) -> bool:
+        """Between arm and disarm: a sweep of this process is running."""
+        return self._sweep_dir is not None
+
+    def stop_asked(self) -> int | None:
+        """The signal that stopped the sweep running in this process, or None."""
+        return self.signum if self.armed else None
+
     def arm(self, sweep_dir: Path | str) -> None:
         self.signum, self._sweep_dir = None, Path(sweep_dir)
         with contextlib.suppress(FileNotFoundError):
@@ -56,9 +71,12 @@ class LauncherStop(FirstSignal):
         if self._sweep_dir is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self._sweep_dir / MARKER).unlink()
+        self._sweep_dir = None
 
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
+        if self._sweep_dir is None:
+            return
         self._sweep_dir.mkdir(parents=True, exist_ok=True)
         (self._sweep_dir / MARKER).write_text(name + "\n")
         print(f"[andrea-exp] {name}: the running cells stop after their step with a checkpoint, no new cell "

@@ -119,7 +119,7 @@ class Tracker:
             name=ctx.run_name,
             tags=naming.run_tags(self.cfg, ctx.axes, list(logger.get("tags") or [])),
             job_type="train",
-            config=OmegaConf.to_container(self.cfg, resolve=True),
+            config=rundir.canonical_config(OmegaConf.to_container(self.cfg, resolve=True)),
             dir=str(self.run_dir),
             id=self._run_id(resume_step),
             resume="allow" if resume_step is not None else None,

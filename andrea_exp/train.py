@@ -18,6 +18,7 @@ interrupted`, and the command exits 130 / 143 after printing how to resume; a se
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp import attn_stats, checkpoint
+from andrea_exp import attn_stats, checkpoint, run_guard
 from andrea_exp import metric_keys as K
 from andrea_exp.data import build_dataset
 from andrea_exp.evaluate import evaluate, generate
@@ -49,10 +50,12 @@ class Diverged(Exception):
 
 
 class AlreadyFinished(Exception):
-    """train.resume on a run that finished: nothing to do, nothing written."""
+    """train.resume on a run that finished or diverged (a result): nothing to do, nothing written."""
 
     def __init__(self, run_dir: Path, summary: dict):
-        super().__init__(f"{run_dir} already finished ({summary.get(K.RUN_STEPS)} steps); nothing to resume")
+        steps, status = summary.get(K.RUN_STEPS), summary.get(K.RUN_STATUS)
+        done = f"finished ({steps} steps)" if status == "finished" else f"{status} at step {steps}"
+        super().__init__(f"{run_dir} already {done}; nothing to resume")
         self.summary = summary
 
 
@@ -217,24 +220,28 @@ def log(tracker: Tracker, st: LoopState, metrics: dict, at: int) -> None:
 
 
 def load_resume_state(cfg, run_dir: Path, settings: dict, is_main: bool) -> dict | None:
-    """The checkpoint to continue from, or None for a fresh run. Refuses changed scientific settings
-    (CheckpointError, nothing written) and stops at a finished run (AlreadyFinished)."""
+    """The checkpoint to continue from, or None for a run that never started (a sweep's cell: from step 0).
+    Refuses changed scientific settings and a run with nothing to continue from (CheckpointError, nothing
+    written); stops at a finished or diverged run (AlreadyFinished)."""
     if not cfg.train.resume:
         return None
     ckpt_dir = run_dir / CHECKPOINT_DIR
     state = checkpoint.load(ckpt_dir)
-    if state is None:
-        if is_main and read_summary(run_dir).get(K.RUN_STEPS) == 0:  # a sweep stopped before this cell began
-            print(f"[andrea-exp] {run_dir} never started; starting it from step 0", flush=True)
-        elif is_main:
-            print(f"[andrea-exp] train.resume=true but {ckpt_dir} holds no checkpoint; starting from step 0 "
-                  "(resume needs the run's own hydra.run.dir)", flush=True)
-        return None
-    checkpoint.check_settings(state["extra"].get("settings"), settings, ckpt_dir / checkpoint.LATEST)
-    summary = read_summary(run_dir)
-    if state["step"] >= cfg.train.max_steps and summary.get(K.RUN_STATUS) == "finished":
-        raise AlreadyFinished(run_dir, summary)
-    return state
+    if state is not None:
+        checkpoint.check_settings(state["extra"].get("settings"), settings, ckpt_dir / checkpoint.LATEST)
+    held = run_guard.holding(run_dir)
+    # a finished run asked for more steps goes on to restore(), which names train.max_steps
+    more_steps = held.kind == run_guard.FINISHED and state is not None and state["step"] < cfg.train.max_steps
+    if held.kind in run_guard.DONE and not more_steps:
+        raise AlreadyFinished(run_dir, read_summary(run_dir))
+    if state is not None:
+        return state
+    if held.kind not in run_guard.FREE:  # the command line's and the job's checks refuse it before this
+        raise checkpoint.CheckpointError(run_guard.refusal(run_dir, held, resume=True, overwrite=False,
+                                                           in_sweep=True))
+    if is_main:
+        print(f"[andrea-exp] {run_dir} never started; starting it from step 0", flush=True)
+    return None
 
 
 # ---------------------------------------------------------------- the step
@@ -407,8 +414,10 @@ def train(cfg, run_dir: Path) -> dict:
                 summary.update(sample_record(cfg, model, data, rt))
         summary.update(clock.summary())
     except Exception as err:
-        tracker.finish({K.RUN_STATUS: "failed", K.RUN_ERROR: f"{type(err).__name__}: {err}", K.RUN_STEPS: st.step,
-                        K.TRAIN_WORLD_SIZE: rt.world_size, **st.last}, failed=True)
+        # the disk that failed the run may refuse its summary too: the error raised is still the first one
+        with contextlib.suppress(OSError):
+            tracker.finish({K.RUN_STATUS: "failed", K.RUN_ERROR: f"{type(err).__name__}: {err}", K.RUN_STEPS: st.step,
+                            K.TRAIN_WORLD_SIZE: rt.world_size, **st.last}, failed=True)
         raise
     summary.update(st.last)
     summary[K.BEST_EVAL_LOSS] = st.best_eval if math.isfinite(st.best_eval) else None

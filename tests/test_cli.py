@@ -59,7 +59,7 @@ def test_huge_d_k_unscaled_unmasked_runs(cli, run_dir):
     _, summary = read_run(run_dir)
     assert summary["run/status"] == "finished"
     model = summary["config"]["model"]
-    assert (model["d_k"], model["scale"], model["causal"], model["d_v"]) == (4096, False, False, 16)
+    assert (model["d_k"], model["scale"], model["causal"], model["d_v"]) == (4096, "none", False, 16)  # one spelling
     expected_params = Andrea(ModelConfig(vocab_size=32, block_size=64, d_model=64, n_layer=2, n_head=4, d_k=4096,
                                          d_v=16)).num_params()
     assert summary["model/params"] == expected_params

@@ -187,6 +187,70 @@ def test_a_disk_full_mid_run_with_full_error_shows_the_traceback(tmp_path):
     assert summary(run_dir)["run/status"] == "failed"
 
 
+# The disk of FILLING_DISK, full for summary.json too: its temporary file's write fails with no file name, as
+# pathlib's write_text does on a real full disk.
+FILLING_DISK_AND_SUMMARY = FILLING_DISK.replace("from andrea_exp.cli import main", """
+import pathlib
+real_write_text = pathlib.Path.write_text
+def write_text(self, *args, **kwargs):
+    if self.name == "summary.json.tmp":
+        real_write_text(self, "{")  # a part of it, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return real_write_text(self, *args, **kwargs)
+pathlib.Path.write_text = write_text
+
+from andrea_exp.cli import main""")
+
+
+def test_a_full_disk_that_also_refuses_the_summary_names_metrics_jsonl(tmp_path):
+    run_dir = tmp_path / "run"
+    done = run(*SMALL, f"hydra.run.dir={run_dir}", script=write_script(tmp_path, FILLING_DISK_AND_SUMMARY))
+    assert done.returncode == 1
+    assert one_line(done) == f"error: cannot write {run_dir}/metrics.jsonl: No space left on device"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(ROOM))
+    assert not (run_dir / "summary.json.tmp").exists()  # no part of a summary left behind
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_naming_it(tmp_path):
+    """torch.save reports a failed write as RuntimeError('[enforce fail at inline_container.cc:...]'); the run
+    ends with the checkpoint's path and the cause instead, and keeps every record it wrote."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest.pt.tmp").symlink_to("/dev/full")  # the checkpoint's write goes to a full disk
+    done = run(*SMALL, f"hydra.run.dir={run_dir}")
+    assert done.returncode == 1
+    assert one_line(done) == f"error: cannot write {run_dir}/checkpoints/latest.pt: No space left on device"
+    assert summary(run_dir)["run/status"] == "failed"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/loss" in r] == list(range(40))
+    assert list((run_dir / "checkpoints").iterdir()) == []
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    import torch
+
+    from andrea_exp import checkpoint
+
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    save = lambda step: checkpoint.save(tmp_path, step=step, model=model, optimizer=optimizer, scheduler=scheduler,
+                                        extra={})
+    save(3)
+    before = (tmp_path / checkpoint.LATEST).read_bytes()
+    (tmp_path / (checkpoint.LATEST + ".tmp")).symlink_to("/dev/full")
+    with pytest.raises(OSError) as failed:
+        save(4)
+    assert (failed.value.errno, failed.value.filename) == (errno.ENOSPC, str(tmp_path / checkpoint.LATEST))
+    assert (tmp_path / checkpoint.LATEST).read_bytes() == before
+    assert checkpoint.load(tmp_path)["step"] == 3
+
+
 # ---------------------------------------------------------------- a file that disappears
 
 

@@ -75,10 +75,11 @@ def test_the_printed_command_finishes_the_run_as_if_never_stopped(tmp_path):
     assert train_losses(run_dir) == train_losses(unbroken)  # bit for bit, every step once
 
 
-def test_an_interrupted_sweep_cell_is_reported_as_interrupted(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, "model.d_k=8,16",
-                             f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=subprocess.PIPE,
+def stop_default_sweep(sweep_dir: Path, signum: int, cells: str = "8,16,32", steps: int = 200):
+    """A sweep on Hydra's default launcher (cells one after another in one process), signalled once cell 0 has
+    logged a few steps; returns (return code, stdout, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, f"train.max_steps={steps}",
+                             f"model.d_k={cells}", f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     metrics = sweep_dir / "0" / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -86,13 +87,47 @@ def test_an_interrupted_sweep_cell_is_reported_as_interrupted(tmp_path):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err[-3000:]
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_default_sweep_lists_every_cell_and_prints_the_sweeps_resume_line(tmp_path, signum):
+    """As a local sweep does: the running cell stops with a checkpoint, the cells not yet started are recorded
+    as interrupted at step 0 (with their overrides), the table lists all of them, and the one resume line is
+    the sweep's, not a cell's."""
+    sweep_dir = tmp_path / "sweep"
+    code, out, err = stop_default_sweep(sweep_dir, signum)
+    assert code == 128 + signum, err[-3000:]
     assert json.loads((sweep_dir / "0" / "summary.json").read_text())["run/status"] == "interrupted"
-    table_row = [line for line in out.splitlines() if line.startswith("0 ")]
-    assert table_row and "interrupted" in table_row[0], out
-    assert not (sweep_dir / "1").exists()  # the sweep stops: the next cell is not started
+    for cell, d_k in (("1", 16), ("2", 32)):
+        late = json.loads((sweep_dir / cell / "summary.json").read_text())
+        assert (late["run/status"], late["run/steps"]) == ("interrupted", 0)
+        assert f"model.d_k={d_k}" in (sweep_dir / cell / ".hydra" / "overrides.yaml").read_text()
+        assert not (sweep_dir / cell / "metrics.jsonl").exists()
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit()}
+    assert set(rows) == {"0", "1", "2"} and all("interrupted" in row for row in rows.values()), out
+    assert "model.d_k=32" in rows["2"] and "(defaults)" not in out
+    assert "resume with:" not in out and out.count("resume it with: andrea-exp -m ") == 1
+    assert "Traceback" not in err and not (sweep_dir / sweep_stop.MARKER).exists()
+
+
+def test_the_default_sweeps_resume_line_finishes_every_cell(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    code, out, _ = stop_default_sweep(sweep_dir, signal.SIGINT, cells="8,16", steps=300)
+    assert code == 130
+    argv = shlex.split(out.split("resume it with: ", 1)[1].splitlines()[0])
+    assert argv[-2:] == ["train.resume=true", f"hydra.sweep.dir={sweep_dir}"]
+    stopped_at = json.loads((sweep_dir / "0" / "summary.json").read_text())["run/steps"]
+    resumed = subprocess.run([sys.executable, "-m", "andrea_exp", *argv[1:]], env=ENV, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for cell in "01":
+        summary = json.loads((sweep_dir / cell / "summary.json").read_text())
+        assert (summary["run/status"], summary["run/steps"]) == ("finished", 300)
+    assert f"resuming {sweep_dir / '0'} from step {stopped_at}" in resumed.stdout
+    assert f"{sweep_dir / '1'} never started; starting it from step 0" in resumed.stdout
 
 
 def session_processes(session: int) -> list[str]:

@@ -73,14 +73,25 @@ def assert_clean(recs: list[dict], max_steps: int) -> None:
 
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory) -> tuple[Path, str]:
-    """The reference run. Asked to resume in an empty directory, it starts from step 0 and says so."""
+    """The reference run, in a directory that exists and is empty."""
     run_dir = tmp_path_factory.mktemp("unbroken")
-    return run_dir, run(run_dir, "train.resume=true").stdout
+    return run_dir, run(run_dir).stdout
 
 
-def test_resume_without_a_checkpoint_starts_fresh_and_says_so(unbroken):
+def test_resume_in_a_directory_with_no_run_is_refused_and_writes_nothing(tmp_path):
+    """A mistyped directory is not trained from scratch: train.resume=true needs a run to continue."""
+    run_dir = tmp_path / "typo"
+    run_dir.mkdir()
+    done = subprocess.run(command(run_dir, "train.resume=true"), env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: train.resume=true: hydra.run.dir={run_dir} holds no run to continue (no summary.json, metrics.jsonl "
+        "or checkpoints/latest.pt); check the directory, or leave out train.resume to start a new run"]
+    assert list(run_dir.iterdir()) == []
+
+
+def test_the_reference_run_trains_every_step_once(unbroken):
     run_dir, out = unbroken
-    assert "holds no checkpoint; starting from step 0" in out
     assert "resuming" not in out
     assert [r["step"] for r in records(run_dir) if "train/loss" in r] == list(range(120))
 

@@ -119,8 +119,9 @@ def test_a_cuda_device_on_a_machine_without_one_is_refused():
 @pytest.mark.parametrize("overrides", [
     [], ["model.mask_fill=-1e9"], ["model.scale=false"], ["model.scale=inv"], ["train.grad_clip=0"],
     ["model.d_k=512", "model.d_v=8"], ["train.lr=1e4"], ["-m", "model.d_k=16,64", "model.scale=true,false"],
-    ["experiment=claims_grid"], ["hydra.run.dir=/tmp/x"], ["train.device=cpu"], ["train.max_steps=5"],
-    ["experiment=scaling_at_init"], ["-m", "experiment=claims_grid"], ["-m", "experiment=extras"],
+    ["experiment=claims_grid", "model.d_k=64", "model.scale=true", "model.causal=true", "seed=0"],
+    ["hydra.run.dir=/tmp/x"], ["train.device=cpu"], ["train.max_steps=5"],
+    ["-m", "experiment=scaling_at_init"], ["-m", "experiment=claims_grid"], ["-m", "experiment=extras"],
     ["train.warmup_steps=20", "train.max_steps=20"], ["probe.dead_jac=1e-2", "probe.dense_until=100"],
 ])
 def test_good_settings_pass(overrides):

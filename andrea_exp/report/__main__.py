@@ -1,4 +1,4 @@
-"""`python -m andrea_exp.report SWEEP_DIR... --out DIR` and the `andrea-report` console script."""
+"""`python -m andrea_exp.report SWEEP_DIR... [--out DIR]` and the `andrea-report` console script."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from andrea_exp.errors import describe_os_error, unwritable
 from andrea_exp.report.markdown import NoRuns, write_report
+
+DEFAULT_OUT = "report"  # beside the runs: SWEEP_DIR/report for one directory, ./report for several
+
+
+def default_out(sweep_dirs: list[str]) -> Path:
+    return Path(sweep_dirs[0]) / DEFAULT_OUT if len(sweep_dirs) == 1 else Path(DEFAULT_OUT)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -14,7 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="andrea-report",
                                      description="runs on disk -> report.md with a verdict per claim, and figures")
     parser.add_argument("sweep_dirs", nargs="+", help="sweep or run directories (searched recursively)")
-    parser.add_argument("--out", required=True, type=Path, help="directory for report.md and figures/")
+    parser.add_argument("--out", type=Path, help="directory for report.md and figures/ (default: SWEEP_DIR/report "
+                        "for one directory, ./report for several)")
     parser.add_argument("--machine", help="the machine the runs ran on, stated in the header for runs whose "
                         "summary.json does not record system/gpu (e.g. 'NVIDIA H200')")
     parser.add_argument("--note", action="append", default=[],
@@ -23,10 +31,19 @@ def main(argv: list[str] | None = None) -> None:
     missing = [d for d in args.sweep_dirs if not Path(d).is_dir()]
     if missing:
         parser.error(f"SWEEP_DIR must be existing directories; not found: {', '.join(missing)}")
+    out = args.out
+    if out is None:
+        out = default_out(args.sweep_dirs)
+        print(f"[andrea-report] no --out given: writing to {out}", flush=True)
+    problem = unwritable(out)
+    if problem is not None:  # before reading any run: say so at once
+        sys.exit(f"andrea-report: cannot write {out} (--out): {problem.strerror or type(problem).__name__}")
     try:
-        path = write_report(args.sweep_dirs, args.out, ["andrea-report", *argv], args.machine, args.note)
+        path = write_report(args.sweep_dirs, out, ["andrea-report", *argv], args.machine, args.note)
     except NoRuns as err:
         sys.exit(f"andrea-report: {err}")  # one line, exit status 1
+    except OSError as err:  # a disk that fills while the report is written
+        sys.exit(f"andrea-report: {describe_os_error(err)}")
     print(f"[andrea-report] wrote {path}")
 
 
