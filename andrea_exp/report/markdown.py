@@ -17,10 +17,20 @@ from andrea_exp.report.growth import growth_section
 from andrea_exp.report.lr import lr_section
 from andrea_exp.report.rules import Check
 from andrea_exp.report.runs import load_runs
+from andrea_exp.report.screen import (
+    BUILT_IN,
+    figures_section,
+    first_screen,
+    places_section,
+    rules_section,
+    statements,
+)
+from andrea_exp.report.screen_figures import all_figures
 from andrea_exp.report.seeds import MIN_STEPS, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import Cells
 from andrea_exp.runfacts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
@@ -171,7 +181,9 @@ def claim_section(result: ClaimResult, out: Path) -> str:
     voted = [c for c in result.checks if c.vote]
     passed = sum(c.ok for c in voted)
     lines = [f"## {result.id}: {result.title}", "",
-             f"**Verdict: {v.verdict}**" + (f" ({v.condition})" if v.condition else ""), ""]
+             f"Per-check rule: {v.verdict}" + (f" ({v.condition})" if v.condition else "") +
+             (" (the verdict of report.md is decided on effect sizes; this is the check-by-check detail)"
+              if result.id not in BUILT_IN else ""), ""]
     lines += [thresholds_line(result), ""] if result.thresholds else []
     lines += [SHORT_WARNING, ""] if any(c.short for c in voted) else []
     thin = dict.fromkeys(" ".join(t for t in (c.where.get("part", ""), _where_text(c.where)) if t)
@@ -222,20 +234,43 @@ def summary_table(results: list[ClaimResult]) -> str:
     return "## Verdicts\n\n" + md_table(["claim", "statement", "verdict", "condition / detail"], rows)
 
 
+APPENDIX = "appendix.md"
+
+
+def short_header(argv: list[str], study: Study, machine: str | None, notes: list[str]) -> list[str]:
+    statuses = Counter(run.status for run in study.runs)
+    lines = [f"- command: `{' '.join(shlex.quote(a) for a in argv)}`; report code {git_commit(study.out)}",
+             f"- runs: {len(study.runs)} ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}) in "
+             f"{len(study.experiments)} experiments; machine: {machine_of(study.runs, machine)}",
+             f"- runs' code: {code_of(study.runs)}"]
+    return lines + [f"- note: {note}" for note in notes]
+
+
 def write_report(roots: list[str], out: Path, argv: list[str], machine: str | None = None,
                  notes: list[str] | None = None) -> Path:
+    """report.md (the first screen, figures, rules) and appendix.md (every place and check) under `out`."""
     runs = load_runs(roots)
     if not runs:
         raise NoRuns(f"no runs under {', '.join(map(str, roots))} (a run directory holds .hydra/ and summary.json "
                      "or metrics.jsonl)")
     study = Study(runs, group_experiments(runs), out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
+    cells = Cells.of(study.cells)
     with figures.drawn_in_parallel():
         results = all_claims(study)
         lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
         growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"))
         maps = copy_attention_maps(study.cells, out)
-    parts = [header(argv, study, machine, notes or []), summary_table(results), "", cells_table(study.cells), ""]
+        figs = all_figures(cells, out / "figures")
+    stmts, screen_notes = statements(cells, {r.id: r for r in results})
+    report = [first_screen(cells, study.cells, stmts, screen_notes, short_header(argv, study, machine, notes or []),
+                           APPENDIX), figures_section(figs, out), rules_section()]
+    path = out / "report.md"
+    path.write_text("\n".join(report) + "\n")
+    parts = [header(argv, study, machine, notes or []).replace("# ANDREA attention claims: report",
+                                                                "# ANDREA attention claims: appendix", 1),
+             "[The report](report.md) holds the verdicts; this page, the detail behind them.", "",
+             places_section(stmts), cells_table(study.cells), ""]
     parts += [claim_section(r, out) for r in results]
     parts.append(lr_text)
     parts.append(growth_text)
@@ -245,8 +280,7 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
             parts.append(f"- {label}: " + " ".join(f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in paths))
     else:
         parts.append("No attention maps under the runs read (probe.maps_every = 0, or no probe).")
-    parts.append("\n## How verdicts are decided\n\n" + rules.__doc__.split("\n\n", 1)[1].strip() +
+    parts.append("\n## The per-check rules\n\n" + rules.__doc__.split("\n\n", 1)[1].strip() +
                  "\n\n" + seeds.__doc__.split("\n\n", 1)[1].strip() + "\n")
-    path = out / "report.md"
-    path.write_text("\n".join(parts) + "\n")
+    (out / APPENDIX).write_text("\n".join(parts) + "\n")
     return path

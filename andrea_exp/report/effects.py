@@ -1,0 +1,261 @@
+"""Effect sizes with 95% intervals, decided against named thresholds: what every verdict of the first screen
+rests on.
+
+An effect is a number per seed (a paired difference where a twin exists: unscaled minus its scaled twin,
+same d_k, init, LR and seed), summarised as mean and 95% t interval over seeds. A decision compares the
+interval with one threshold: wholly on the claim's side -> "holds", wholly on the other -> "does not hold",
+straddling it -> "inconclusive". One seed gives no interval: the value decides and the row says "n=1".
+
+Progress is read on a scale that means the same on every corpus: 0 at the data's bigram level (what a model
+whose attention does not work still reaches through its embeddings and MLP), 1 at the reference: the exact
+floor where the source knows it, else the best causal held-out loss among the experiment's cells (an upper
+bound on the floor). A run that did not finish counts at its step-0 loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from andrea_exp import metric_keys as mk
+from andrea_exp.report.bestlr import final_loss, lr_groups
+from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.runs import Run
+from andrea_exp.report.seeds import per_seed
+from andrea_exp.report.stats import Stat, stat
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
+
+# Thresholds, each with why (printed in the report's rules section).
+THRESHOLDS = {
+    "PEAKED": (0.5, "C3: a row is dominated by one position when its largest probability is at least 0.5 "
+                    "(more than all the others together)"),
+    "VANISH": (-1.0, "C4: row gradients vanish when the unscaled median ||d loss / d S_i|| is an order of magnitude "
+                     "(log10 ratio -1) below its scaled twin's"),
+    "STALL": (0.25, "C4: a cell stalls when its progress is below 0.25: it closed less than a quarter of the way "
+                    "from the bigram level to the reference"),
+    "PROCEED": (0.5, "C5: training proceeds when progress is at least 0.5: half way from the bigram level "
+                     "to the reference"),
+    "UNIT": (2.0, "C5: near unit scale: the scaled score std within a factor 2 of 1 at init, and within a factor "
+                  "2 of the smallest d_k's over training"),
+    "LEAK": (0.1, "C7: a shortcut is learned when the as-trained loss is below its causal twin's by at least "
+                  "0.1 nats and 3 standard errors"),
+    "GROWTH": (0.1, "C2: the sqrt(d_k) law holds when the log-log slope of the unscaled score std over d_k is "
+                    "within 0.1 of 0.5"),
+    "FLAT": (1.0, "C9: the divisor keeps the row gradient flat when it changes by less than a factor 10 "
+                  "(|log10| < 1) from the smallest to the largest d_k; without it, it falls when it drops by more"),
+}
+
+
+def threshold(name: str) -> float:
+    return THRESHOLDS[name][0]
+
+
+@dataclass
+class Effect:
+    """A quantity per seed, its summary, and the decision against one threshold."""
+
+    name: str
+    values: dict  # seed -> value
+    low: float = -math.inf  # the claim's side is low < value < high
+    high: float = math.inf
+
+    @property
+    def stat(self) -> Stat:
+        return stat(self.values.values())
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        st = self.stat
+        return (st.mean, st.mean) if st.n == 1 else st.interval
+
+    @property
+    def decision(self) -> str:
+        if not self.stat.n:
+            return NOT_MEASURED
+        lo, hi = self.interval
+        if self.low < lo and hi < self.high:
+            return HOLDS
+        if hi <= self.low or lo >= self.high:
+            return FAILS
+        return INCONCLUSIVE
+
+    def text(self, digits: int = 3) -> str:
+        st = self.stat
+        if not st.n:
+            return "-"
+        if st.n == 1:
+            return f"{st.mean:.{digits}g} (n=1)"
+        lo, hi = self.interval
+        return f"{st.mean:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}] (n={st.n})"
+
+
+@dataclass
+class Place:
+    """One condition a claim is judged at, with its effect and any effects shown beside it."""
+
+    where: dict  # e.g. {"d_k": 4096, "init": "unit", "lr": 0.003, "phase": "init"}
+    effect: Effect
+    also: list[Effect] = field(default_factory=list)  # a place holds only if these hold too
+
+    @property
+    def decision(self) -> str:
+        decisions = [self.effect.decision, *(e.decision for e in self.also)]
+        if NOT_MEASURED in decisions:
+            return NOT_MEASURED
+        if FAILS in decisions:
+            return FAILS
+        return INCONCLUSIVE if INCONCLUSIVE in decisions else HOLDS
+
+    def label(self) -> str:
+        return where_text(self.where)
+
+
+def where_text(where: dict) -> str:
+    return " ".join(f"{k} {fmt(v)}" for k, v in where.items())
+
+
+def fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+# ---------------------------------------------------------------- per-run quantities
+
+
+def at_step(key: str, step: int = 0) -> Callable[[Run], float | None]:
+    return lambda run: run.at_step(key, step)
+
+
+def window(key: str, lo: int, hi: int) -> Callable[[Run], float | None]:
+    """Mean of a logged value over lo < step <= hi (the early window leaves step 0 to 'init')."""
+    def read(run: Run) -> float | None:
+        vals = [v for s, v in zip(*run.series(key)) if lo < s <= hi and math.isfinite(v)]
+        return sum(vals) / len(vals) if vals else None
+    return read
+
+
+def at_end(key: str) -> Callable[[Run], float | None]:
+    def read(run: Run) -> float | None:
+        steps, values = run.series(key)
+        return values[-1] if values and steps[-1] > 0 else None
+    return read
+
+
+PHASES = {"init": lambda key: at_step(key, 0), "early": lambda key: window(key, 0, 200),
+          "end": lambda key: at_end(key)}
+
+
+def loss_or_l0(run: Run) -> float | None:
+    """Final held-out loss; a run that did not finish (diverged) counts at its step-0 loss."""
+    loss = final_loss(run)
+    return loss if loss is not None and math.isfinite(loss) else run.initial_loss()
+
+
+def mean_of(runs: list[Run], key: str) -> float | None:
+    st = stat(run.summary.get(key) if isinstance(run.summary.get(key), (int, float)) else run.last(key)
+              for run in runs)
+    return st.mean if st.n else None
+
+
+# ---------------------------------------------------------------- references and progress
+
+
+@dataclass
+class References:
+    """The loss levels one experiment is read against."""
+
+    floor: float | None
+    unigram: float | None
+    bigram: float | None
+    log_vocab: float | None
+    best_causal: float | None
+    l0: float | None
+
+    @property
+    def top(self) -> float | None:
+        """Progress 1: the floor where known, else the best causal loss."""
+        return self.floor if self.floor is not None else self.best_causal
+
+    @property
+    def bottom(self) -> float | None:
+        """Progress 0: the bigram level; the step-0 loss for runs that did not record it."""
+        return self.bigram if self.bigram is not None else self.l0
+
+    @property
+    def top_name(self) -> str:
+        return "floor" if self.floor is not None else "best causal loss"
+
+    @property
+    def bottom_name(self) -> str:
+        return "bigram" if self.bigram is not None else "l_0"
+
+    def progress(self, loss: float | None) -> float | None:
+        if loss is None or self.top is None or self.bottom is None or self.bottom - self.top <= 0:
+            return None
+        return (self.bottom - loss) / (self.bottom - self.top)
+
+
+def references(cells: list[Cell]) -> References:
+    runs = [run for cell in cells for run in cell.runs]
+    floor = mean_of(runs, mk.EVAL_FLOOR)
+    causal = [cell for cell in cells if cell.get("model.causal") in (True, "true", "True")]
+    means = [stat(loss_or_l0(r) for r in cell.runs) for cell in causal]
+    best = min((m.mean for m in means if m.n), default=None)
+    l0 = stat(r.initial_loss() for r in runs)
+    return References(floor if floor is not None and math.isfinite(floor) else None,
+                      mean_of(runs, mk.DATA_UNIGRAM_XENT), mean_of(runs, mk.DATA_BIGRAM_XENT),
+                      mean_of(runs, mk.DATA_LOG_VOCAB), best, l0.mean if l0.n else None)
+
+
+def progress_of(refs: References) -> Callable[[Run], float | None]:
+    return lambda run: refs.progress(loss_or_l0(run))
+
+
+# ---------------------------------------------------------------- pairing cells
+
+
+def twins(cells: list[Cell], axis: str, a, b) -> list[tuple[dict, Cell, Cell]]:
+    """(shared axes, cell with axis=a, cell with axis=b) for cells that differ only in `axis`."""
+    groups: dict[str, dict] = {}
+    for cell in cells:
+        rest = {k: v for k, v in cell.axes.items() if k != axis}
+        key = repr((cell.experiment, sorted((k, str(v)) for k, v in rest.items())))
+        groups.setdefault(key, {"rest": rest})[str(cell.get(axis))] = cell
+    return [(g["rest"], g[str(a)], g[str(b)]) for g in groups.values() if str(a) in g and str(b) in g]
+
+
+def paired_values(a: Cell, b: Cell, fa, fb, combine) -> dict:
+    va, vb = per_seed(a, fa), per_seed(b, fb)
+    out = {}
+    for s in va.keys() & vb.keys():
+        v = combine(va[s], vb[s])
+        if v is not None and math.isfinite(v):
+            out[s] = v
+    return out
+
+
+TINY_GRADIENT = 1e-30  # a row gradient of exactly 0 (underflow) counts as this: vanished, not unmeasured
+
+
+def log10_ratio(x: float, y: float) -> float | None:
+    if x < 0 or y < 0:
+        return None
+    return math.log10(max(x, TINY_GRADIENT) / max(y, TINY_GRADIENT))
+
+
+def best_lr_cells(cells: list[Cell]) -> list[tuple[Cell, bool]]:
+    """Each LR group's best cell (lowest mean final loss, failures at l_0) and whether its LR is at the edge of
+    the swept range (the best may lie beyond it)."""
+    out = []
+    for group in lr_groups(cells):
+        means = [(stat(loss_or_l0(r) for r in c.runs).mean, float(c.get(LR)), c) for c in group]
+        means = [m for m in means if math.isfinite(m[0])]
+        if not means:
+            continue
+        best = min(means, key=lambda m: (m[0], m[1]))
+        lrs = sorted(m[1] for m in means)
+        out.append((best[2], len(lrs) > 1 and best[1] in (lrs[0], lrs[-1])))
+    return out

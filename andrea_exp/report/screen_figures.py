@@ -1,0 +1,219 @@
+"""The figures of the first screen: at most 4 lines a panel, reference levels (floor, unigram, bigram) as dotted
+lines, one legend below. Each function gathers its numbers from cells; figures.py draws."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from andrea_exp import metric_keys as mk
+from andrea_exp.report import figures
+from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.effects import References, loss_or_l0, twins
+from andrea_exp.report.stats import stat
+from andrea_exp.report.verdicts import Cells, is_causal
+
+REF_STYLES = {"floor": ":", "bigram": "--", "unigram": "-."}
+
+
+def ref_lines(refs: References) -> dict:
+    out = {"floor": refs.floor, "bigram": refs.bigram, "unigram": refs.unigram}
+    return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+@figures._may_be_deferred
+def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
+    """panels: each {title, ylabel, xlabel, curves: label -> [(x, mean, std)], refs: {name: y}, logx, logy, marks:
+    label -> (x, y)}. Mean line, a one-std band, dotted reference levels."""
+    n_cols = min(n_cols, len(panels))
+    n_rows = math.ceil(len(panels) / n_cols)
+    labels = [label for panel in panels for label in panel["curves"]]
+    colours = figures._colours(labels)
+    fig, axes = figures._figure(n_rows, n_cols, width=4.6, height=3.4)
+    fig.set_figheight(3.4 * n_rows + 0.6)
+    flat = [ax for row in axes for ax in row]
+    for ax, panel in zip(flat, panels):
+        for label, points in panel["curves"].items():
+            points = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
+            if not points:
+                continue
+            xs, ys, sd = zip(*points)
+            ax.plot(xs, ys, lw=1.4, color=colours[label], label=label, marker="o" if len(xs) < 12 else None, ms=4)
+            if any(s and math.isfinite(s) and s > 0 for s in sd):
+                ax.fill_between(xs, [y - (s or 0) for y, s in zip(ys, sd)], [y + (s or 0) for y, s in zip(ys, sd)],
+                                color=colours[label], alpha=0.18)
+        for label, (x, y) in panel.get("marks", {}).items():
+            ax.plot([x], [y], marker="*", ms=12, color=colours.get(label, "k"), ls="none")
+        for name, y in panel.get("refs", {}).items():
+            ax.axhline(y, color="0.35", ls=REF_STYLES.get(name, ":"), lw=1, label=name)
+        if panel.get("logx"):
+            ax.set_xscale("log", base=2 if panel["logx"] == 2 else 10)
+        if panel.get("logy"):
+            ax.set_yscale("log")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xlabel(panel.get("xlabel", "step"), fontsize=8)
+        ax.set_ylabel(panel.get("ylabel", ""), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    figures._shared_legend(fig, flat[:len(panels)])
+    return figures._save(fig, path)
+
+
+def mean_curve(cell: Cell, key: str) -> list[tuple[float, float, float]]:
+    """(step, mean over seeds, std) of a logged key at the steps every seed logged."""
+    by_step: dict[int, list[float]] = {}
+    for run in cell.runs:
+        for s, v in zip(*run.series(key)):
+            if math.isfinite(v):
+                by_step.setdefault(s, []).append(v)
+    n = len(cell.runs)
+    return [(s, stat(v).mean, stat(v).std) for s, v in sorted(by_step.items()) if len(v) == n]
+
+
+def grid_cells(c: Cells) -> list[Cell]:
+    """The training experiment that crosses d_k, the divisor and the mask (the claims grid), unit init."""
+    by_exp: dict[str, list[Cell]] = {}
+    for cell in c.training:
+        if {"model.d_k", "model.scale"} <= set(cell.axes) and cell.get("model.qk_init") in (None, "unit"):
+            by_exp.setdefault(cell.experiment, []).append(cell)
+    return max(by_exp.values(), key=len, default=[])
+
+
+def dks(cells: list[Cell]) -> list:
+    return sorted({c.get("model.d_k") for c in cells}, key=float)
+
+
+def pick_cell(cells: list[Cell], **want) -> Cell | None:
+    for cell in cells:
+        if all(str(cell.get(k)) == str(v) for k, v in want.items()):
+            return cell
+    return None
+
+
+SCALE_LABEL = {"sqrt": "1/sqrt(d_k)", "none": "no divisor", "inv": "1/d_k"}
+
+
+def loss_vs_lr(c: Cells, out: Path) -> Path | None:
+    panels = []
+    sweep = c.lr_sweep
+    if not sweep:
+        return None
+    refs = ref_lines(c.ref(sweep[0]))
+    for dk in dks(sweep):
+        rows = [("none", False), ("sqrt", False), ("inv", False), ("sqrt", True), ("inv", True)]
+        present = [(s, ln) for s, ln in rows
+                   if any(x.get("model.d_k") == dk and x.get("model.scale") == s and bool(x.get("model.qk_layernorm"))
+                          == ln for x in sweep)]
+        chunks = [present] if len(present) <= 4 else [present[:3], [("sqrt", False), *present[3:]]]
+        for chunk in chunks:
+            curves, marks = {}, {}
+            for scale, ln in chunk:
+                label = SCALE_LABEL[scale] + (" + QK-LN" if ln else "")
+                cells = [x for x in sweep if x.get("model.d_k") == dk and x.get("model.scale") == scale
+                         and bool(x.get("model.qk_layernorm")) == ln]
+                pts = [(float(x.get(LR)), stat(map(loss_or_l0, x.runs)).mean, stat(map(loss_or_l0, x.runs)).std)
+                       for x in cells]
+                curves[label] = pts
+                finite = [p for p in pts if math.isfinite(p[1])]
+                if finite:
+                    best = min(finite, key=lambda p: (p[1], p[0]))
+                    marks[label] = (best[0], best[1])
+            panels.append({"title": f"d_k {dk}" + (" (QK-LayerNorm)" if any(ln for _, ln in chunk) else ""),
+                           "xlabel": "learning rate", "ylabel": "final held-out loss (nats)", "curves": curves,
+                           "refs": refs, "logx": 10, "marks": marks})
+    return curve_panels(out / "loss_vs_lr.png", panels)
+
+
+def loss_vs_dk(c: Cells, out: Path) -> Path | None:
+    grid = [x for x in grid_cells(c) if is_causal(x)]
+    panels = []
+    if grid:
+        curves = {SCALE_LABEL[s]: [(float(x.get("model.d_k")), stat(map(loss_or_l0, x.runs)).mean,
+                                    stat(map(loss_or_l0, x.runs)).std) for x in grid if x.get("model.scale") == s]
+                  for s in ("sqrt", "none")}
+        panels.append({"title": f"at the grid's LR ({float(grid[0].get(LR)):.2g})", "xlabel": "d_k",
+                       "ylabel": "final held-out loss (nats)", "curves": curves, "refs": ref_lines(c.ref(grid[0])),
+                       "logx": 2})
+    from andrea_exp.report.effects import best_lr_cells
+    best = [cell for cell, _ in best_lr_cells(c.lr_sweep) if not cell.get("model.qk_layernorm")]
+    if best:
+        curves = {SCALE_LABEL[s]: [(float(x.get("model.d_k")), stat(map(loss_or_l0, x.runs)).mean,
+                                    stat(map(loss_or_l0, x.runs)).std) for x in best if x.get("model.scale") == s]
+                  for s in ("sqrt", "none")}
+        panels.append({"title": "at each cell's best LR (LR sweep)", "xlabel": "d_k",
+                       "ylabel": "final held-out loss (nats)", "curves": curves, "refs": ref_lines(c.ref(best[0])),
+                       "logx": 2})
+    return curve_panels(out / "loss_vs_dk.png", panels, n_cols=2) if panels else None
+
+
+def per_dk_curves(c: Cells, out: Path, name: str, keys: list[tuple[str, str, bool]], refs: bool = False
+                  ) -> Path | None:
+    """Panels per (key, d_k) of the grid's causal cells: scaled and unscaled lines."""
+    grid = [x for x in grid_cells(c) if is_causal(x)]
+    panels = []
+    for key, ylabel, logy in keys:
+        for dk in dks(grid):
+            curves = {}
+            for s in ("sqrt", "none"):
+                cell = pick_cell(grid, **{"model.d_k": dk, "model.scale": s})
+                if cell is not None:
+                    curves[SCALE_LABEL[s]] = mean_curve(cell, key)
+            if any(curves.values()):
+                panels.append({"title": f"{ylabel}, d_k {dk}", "ylabel": ylabel, "curves": curves, "logy": logy,
+                               "refs": ref_lines(c.ref(grid[0])) if refs else {}})
+    return curve_panels(out / name, panels) if panels else None
+
+
+def peak_vs_std(c: Cells, out: Path) -> Path | None:
+    curves: dict[str, list] = {}
+    for cell in c.training + c.init_only:
+        if cell.get("model.scale") != "none":
+            continue
+        std = stat(run.at_step(mk.ATTN_SCORE_STD, 0) for run in cell.runs)
+        prob = stat(run.at_step(mk.ATTN_MAX_PROB, 0) for run in cell.runs)
+        if std.n and prob.n:
+            curves.setdefault(f"init {cell.get('model.qk_init')}", []).append((std.mean, prob.mean, prob.std))
+    if not curves:
+        return None
+    return curve_panels(out / "max_prob_vs_score_std.png", [{
+        "title": "step 0, no divisor: every init and d_k", "xlabel": "score std (attn/score_std)",
+        "ylabel": "mean max probability", "curves": curves, "refs": {"0.5": 0.5}, "logx": 10}], n_cols=1)
+
+
+def leak_figure(c: Cells, out: Path) -> Path | None:
+    grid = grid_cells(c)
+    panels = []
+    for s in ("sqrt", "none"):
+        curves = {"as trained (no mask)": [], "causal twin": [], "at generation (no mask)": []}
+        for _, causal, open_ in twins([x for x in grid if x.get("model.scale") == s], "model.causal", True, False):
+            dk = float(open_.get("model.d_k"))
+            for label, cell, key in (("as trained (no mask)", open_, mk.EVAL_LOSS_AS_TRAINED),
+                                     ("causal twin", causal, mk.EVAL_LOSS_AS_TRAINED),
+                                     ("at generation (no mask)", open_, mk.EVAL_LOSS_GENERATION)):
+                st = stat(run.last(key) for run in cell.runs)
+                curves[label].append((dk, st.mean, st.std))
+        if any(curves.values()):
+            panels.append({"title": SCALE_LABEL[s], "xlabel": "d_k", "ylabel": "held-out loss (nats)",
+                           "curves": curves, "refs": ref_lines(c.ref(grid[0])), "logx": 2})
+    return curve_panels(out / "leak.png", panels, n_cols=2) if panels else None
+
+
+def all_figures(c: Cells, out: Path) -> list[tuple[str, Path]]:
+    """(caption, path) of every first-screen figure that has data."""
+    drawn = [
+        ("final loss vs LR per d_k (best LR starred)", loss_vs_lr(c, out)),
+        ("final loss vs d_k", loss_vs_dk(c, out)),
+        ("training loss vs step (grid, causal)", per_dk_curves(c, out, "loss_vs_step.png",
+                                                               [(mk.TRAIN_LOSS, "train/loss", False)], refs=True)),
+        ("largest attention logit and row entropy vs step", per_dk_curves(
+            c, out, "logits_entropy.png", [(mk.ATTN_SCORE_MAX, "attn/score_max", True),
+                                           (mk.ATTN_ENTROPY, "attn/entropy", False)])),
+        ("dead gradient rows and median row gradient vs step", per_dk_curves(
+            c, out, "row_gradients.png", [(mk.GRAD_SCORES_DEAD_FRAC, "grad/scores_dead_frac", False),
+                                          (mk.GRAD_SCORES_ROW_P50, "grad/scores_row_p50", True)])),
+        ("max probability at init vs the unscaled score std", peak_vs_std(c, out)),
+        ("no mask: as trained vs causal twin vs at generation", leak_figure(c, out)),
+    ]
+    return [(caption, path) for caption, path in drawn if path is not None]
