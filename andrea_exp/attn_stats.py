@@ -127,8 +127,9 @@ def head_stats_from_rows(m, total, a, causal: bool, threshold: float = SATURATIO
 
 def head_stats_torch(q, k, scale: float, causal: bool, threshold: float = SATURATION,
                      key_chunk: int = KEY_CHUNK) -> torch.Tensor:
-    """The PyTorch path: q, k (B, H, T, d) -> (N_STATS, H) float32."""
-    return head_stats_from_rows(*row_softmax_stats(q, k, scale, causal, key_chunk), causal, threshold)
+    """The PyTorch path: q, k (B, H, T, d) -> (N_STATS, H) float32 (float32 q k^T even under autocast)."""
+    with torch.autocast(q.device.type, enabled=False):
+        return head_stats_from_rows(*row_softmax_stats(q, k, scale, causal, key_chunk), causal, threshold)
 
 
 # ---------------------------------------------------------------- the op, either path
