@@ -14,6 +14,10 @@ from andrea_exp.report.stats import stat
 from andrea_exp.report.verdicts import Cells, is_causal
 
 REF_STYLES = {"floor": ":", "bigram": "--", "unigram": "-."}
+# one colour per setting in every figure, so a reader learns them once
+LABEL_COLOURS = {"1/sqrt(d_k)": "C0", "no divisor": "C3", "1/d_k": "C2", "1/sqrt(d_k) + QK-LN": "C1",
+                 "1/d_k + QK-LN": "C4", "as trained (no mask)": "C0", "causal twin": "C2",
+                 "at generation (no mask)": "C3"}
 
 
 def ref_lines(refs: References) -> dict:
@@ -28,7 +32,7 @@ def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
     n_cols = min(n_cols, len(panels))
     n_rows = math.ceil(len(panels) / n_cols)
     labels = [label for panel in panels for label in panel["curves"]]
-    colours = figures._colours(labels)
+    colours = {**figures._colours(labels), **LABEL_COLOURS}
     fig, axes = figures._figure(n_rows, n_cols, width=4.6, height=3.4)
     fig.set_figheight(3.4 * n_rows + 0.6)
     flat = [ax for row in axes for ax in row]

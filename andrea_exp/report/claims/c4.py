@@ -95,8 +95,8 @@ def claim(study: Study) -> ClaimResult:
     for ctx, scaled, unscaled in pairs:
         checks += vanish.vanish_checks("gradient through softmax vanishes", ctx, scaled, unscaled)
     checks += stall_checks(study)
-    paths = [p for p in (loss_curves_figure(study), vanish.norm_ratio_figure(study.fig("c4_norm_ratio.png"), pairs))
-             if p is not None]
+    # the row-gradient curves per d_k are the report's row_gradients.png; 12 tangled ratio series are not drawn
+    paths = [p for p in (loss_curves_figure(study),) if p is not None]
     rows = vanish.norm_ratio_rows(pairs)
     prog_rows = [[context_label(ctx), ctx["d_k"], str(stat(map(run_progress, s.runs))),
                   str(stat(map(run_progress, u.runs))), ", ".join(r.status for r in u.runs)]

@@ -9,7 +9,6 @@ from andrea_exp.report.claims.common import (
     ClaimResult,
     at_init,
     context_label,
-    grad_scores_figure,
     scale_pairs,
 )
 from andrea_exp.report.rules import Check, verdict
@@ -87,6 +86,6 @@ def claim(study: Study) -> ClaimResult:
         f"per d_k: {vanish.RULE}; per source: the unscaled median row gradient at the largest d_k <= "
         f"{C9_FALL_RATIO} x at the smallest (step 0), and the scaled one within a factor {C9_FLAT_FACTOR:g}. "
         "Synthetic rows are one sample; a model place passes when >= 2/3 of its seeds pass.",
-        checks, verdict(checks), tables=tables, figures=[grad_scores_figure(study)],
+        checks, verdict(checks), tables=tables, figures=[],
         thresholds={"VANISH_RATIO": vanish.VANISH_RATIO, "DEAD_FRAC_GAP": vanish.DEAD_FRAC_GAP,
                     "C9_FALL_RATIO": C9_FALL_RATIO, "C9_FLAT_FACTOR": C9_FLAT_FACTOR})

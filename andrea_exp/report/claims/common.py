@@ -8,13 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from andrea_exp import metric_keys as mk
-from andrea_exp.report import figures
 from andrea_exp.report.bestlr import final_loss  # noqa: F401  (claims and lr.py read it from here)
 from andrea_exp.report.cells import INIT_ONLY, Cell, short
 from andrea_exp.report.rules import Check, Verdict, progress
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import Stat, sort_key, stat
-from andrea_exp.report.study import Study
 
 # Thresholds more than one claim uses (each claim module holds its own; all are printed beside the verdict).
 PEAKED_MAX_PROB = 0.5  # a row is dominated by one position when its max probability is >= 0.5 (mean over rows)
@@ -91,23 +89,3 @@ def run_progress(run: Run) -> float:
 
 def missing_runs(what: str, experiment: str) -> str:
     return f"no {what} among the runs read; run `andrea-exp -m experiment={experiment}` and pass its sweep directory"
-
-
-def grad_scores_figure(study: Study) -> Path:
-    """|d loss / d scores| against d_k at step 0 and at the end, scaled vs unscaled (C4 and C9 show it)."""
-    panels = []
-    for when in ("init", "end"):
-        series = {}
-        if when == "init":
-            for mode in ("sqrt", "none"):
-                series[f"synthetic scale={mode}"] = [(r["d_k"], r["grad_scores"], 0.0) for r in study.synthetic
-                                                     if r["scale"] == mode]
-        pick = at_init if when == "init" else at_end
-        for ctx, scaled, unscaled in scale_pairs(study.claim_cells):
-            for mode, cell in (("sqrt", scaled), ("none", unscaled)):
-                st = cell_stat(cell, pick(mk.GRAD_SCORES))
-                if st.n:
-                    series.setdefault(f"{context_label(ctx)} scale={mode}", []).append((ctx["d_k"], st.mean, st.std))
-        panels.append({"title": f"|d loss / d scores| at {'step 0' if when == 'init' else 'the end'}",
-                       "xlabel": "d_k", "ylabel": mk.GRAD_SCORES, "series": series, "logx": 2, "logy": True})
-    return figures.line_panels(study.fig("grad_scores.png"), panels)

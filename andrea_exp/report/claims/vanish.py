@@ -11,10 +11,7 @@ over time, never voted: one large row can carry a total while most rows are dead
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from andrea_exp import metric_keys as mk
-from andrea_exp.report import figures
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims.common import at_end, at_init, context_label
 from andrea_exp.report.rules import Check
@@ -84,12 +81,3 @@ def _ratio_curve(scaled: Cell, unscaled: Cell) -> list[tuple]:
             if s_vals.get(step, 0) > 0:
                 per_step.setdefault(step, []).append(u / s_vals[step])
     return [(s, stat(v).mean, stat(v).std) for s, v in sorted(per_step.items())]
-
-
-def norm_ratio_figure(path: Path, pairs) -> Path | None:
-    series = {f"{context_label(ctx)} d_k={ctx['d_k']}": _ratio_curve(s, u) for ctx, s, u in pairs}
-    series = {k: v for k, v in series.items() if len(v) >= 2}
-    if not series:
-        return None
-    return figures.line_panels(path, [{"title": "total |d loss/d scores|, unscaled / scaled twin (shown, not voted)",
-                                       "xlabel": "step", "ylabel": "ratio", "series": series, "logy": True}], n_cols=1)
