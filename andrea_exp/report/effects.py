@@ -85,10 +85,11 @@ class Effect:
         st = self.stat
         if not st.n:
             return "-"
+        g = lambda v: f"{0.0 if abs(v) < 1e-12 else v:.{digits}g}"  # noqa: E731  (rounding residue reads as 0)
         if st.n == 1:
-            return f"{st.mean:.{digits}g} (n=1)"
+            return f"{g(st.mean)} (n=1)"
         lo, hi = self.interval
-        return f"{st.mean:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}] (n={st.n})"
+        return f"{g(st.mean)} [{g(lo)}, {g(hi)}] (n={st.n})"
 
 
 @dataclass

@@ -7,8 +7,9 @@ last probe) are axes of the condition. The verdict of a statement:
 - every place measured holds                      -> holds
 - no place holds and none is inconclusive         -> does not hold
 - no place holds, some inconclusive               -> inconclusive
-- otherwise                                       -> holds where: the places that hold are named (d_k merged),
-                                                     then those where it does not and the inconclusive ones
+- otherwise                                       -> holds where: the places that hold are named (the axis
+                                                     with most values merged, d_k on a tie), then those where
+                                                     it does not and the inconclusive ones
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from andrea_exp.report.effects import (
     best_lr_cells,
     fmt,
     log10_ratio,
+    loss_or_l0,
     paired_values,
     progress_of,
     references,
@@ -89,10 +91,13 @@ def compact(places: list[Place]) -> str:
         groups.setdefault(rest, []).append(p.where[merge])
     parts = []
     for rest, values in groups.items():
-        values = sorted(set(map(fmt, values)), key=lambda v: sort_key(_number(v)))
+        values = sorted(set(map(fmt, values)), key=lambda v: (PHASE_ORDER.get(v, -1), sort_key(_number(v))))
         head = f"{merge} {', '.join(values)}"
         parts.append(f"{head} ({rest})" if rest else head)
     return "; ".join(parts)
+
+
+PHASE_ORDER = {"init": 0, "early": 1, "end": 2}  # phases of training in time order, not by name
 
 
 def _number(text: str):
@@ -296,10 +301,10 @@ def c7_leak(c: Cells) -> Statement:
         se = [r.last(mk.EVAL_LOSS_SE) for r in causal.runs + open_.runs]
         se = [v for v in se if v is not None and math.isfinite(v)]
         margin = max(threshold("LEAK"), 3 * math.sqrt(2) * (sum(se) / len(se))) if se else threshold("LEAK")
-        last = lambda key: lambda run: run.last(key)  # noqa: E731
-        leak = Effect("twin loss - loss as trained", paired_values(
-            causal, open_, last(mk.EVAL_LOSS_AS_TRAINED), last(mk.EVAL_LOSS_AS_TRAINED), lambda a, b: a - b),
-            low=margin)
+        # a run that did not finish counts at its step-0 loss (as in progress), never at a last value it logged
+        last = lambda key: lambda run: run.last(key) if run.status == "finished" else None  # noqa: E731
+        leak = Effect("twin loss - loss as trained", paired_values(causal, open_, loss_or_l0, loss_or_l0,
+                                                                   lambda a, b: a - b), low=margin)
         also = []
         if ref.unigram is not None:
             also.append(Effect("generation loss - unigram level",
