@@ -99,6 +99,7 @@ class Place:
     where: dict  # e.g. {"d_k": 4096, "init": "unit", "lr": 0.003, "phase": "init"}
     effect: Effect
     also: list[Effect] = field(default_factory=list)  # a place holds only if these hold too
+    shown: list[Effect] = field(default_factory=list)  # printed beside it, not deciding (a stronger, sufficient test)
 
     @property
     def decision(self) -> str:

@@ -192,6 +192,7 @@ def places_section(stmts: list[Statement]) -> str:
         verdict, condition = s.verdict
         lines += [f"### {s.id}: {s.text}: {verdict}", "", condition, ""]
         rows = [[p.label(), p.effect.name, p.effect.text(), "; ".join(f"{e.name}: {e.text()}" for e in p.also) or "-",
-                 p.decision] for p in s.places]
-        lines += [md_table(["place", "effect", "mean [95% CI] (n)", "also needed", "decision"], rows), ""]
+                 p.decision, "; ".join(f"{e.name}: {e.text()}" for e in p.shown) or "-"] for p in s.places]
+        lines += [md_table(["place", "effect", "mean [95% CI] (n)", "also needed", "decision", "shown, not deciding"],
+                           rows), ""]
     return "\n".join(lines)
