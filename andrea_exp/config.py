@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp import schema
 from andrea_exp.choices import BILINEAR_NEEDS_NO_QK_LAYERNORM
-from andrea_exp.data_checks import check_data
+from andrea_exp.data_checks import check_data, token_vocab_size
 from andrea_exp.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
 
 _ABSENT = object()
@@ -47,8 +47,8 @@ def validate(cfg: DictConfig) -> None:
                     readers = " or ".join(f"data={s}" for s in sources)
                     raise ConfigError(f"{key} is read only by {readers}; got {key}={value!r} with data={source}")
                 continue
-            if value is None and key == "data.path":
-                continue  # the disk checks below say what is wanted
+            if value is None and (key == "data.path" or (key == "data.vocab_size" and source == "tokens")):
+                continue  # the disk checks below say what is wanted (data=tokens: null reads meta.json)
         else:
             value = cfg_get(cfg, key)
             if value is None and spec.metadata["optional"]:
@@ -74,7 +74,7 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
     if source in ("text", "tokens"):
         check_data(cfg.data, cfg.data.seq_len)
     vocab = cfg.model.vocab_size
-    data_vocab = 256 if source == "text" else cfg.data.vocab_size
+    data_vocab = 256 if source == "text" else token_vocab_size(cfg.data)  # data=tokens: null reads meta.json
     if vocab is not None and vocab < data_vocab:
         raise ConfigError(f"model.vocab_size must be null or >= the data's {data_vocab} tokens; got {vocab}")
 

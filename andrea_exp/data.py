@@ -8,7 +8,8 @@ loss any causal predictor can reach on it. A loss below the floor proves the mod
 
 Text source: a user's file read as bytes (256 tokens). Tokens source: a directory with train.bin and
 val.bin, flat little-endian uint16 token ids (the format GPT-2 data-preparation scripts write), read
-through a memory map so a corpus larger than memory trains without being loaded.
+through a memory map so a corpus larger than memory trains without being loaded; its meta.json, when
+andrea_exp.prepare wrote one, gives the vocabulary size (data.vocab_size null) and the tokenizer for samples.
 
 `check_data` (in andrea_exp.data_checks, which needs no torch) finds a bad data.path (missing, unreadable,
 a directory, binary, too small) before any expensive work and says so in one line.
@@ -24,7 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from andrea_exp.data_checks import check_data, held_out_token_windows, open_tokens, too_large_id
+from andrea_exp.data_checks import (
+    check_data,
+    held_out_token_windows,
+    open_tokens,
+    token_meta,
+    token_vocab_size,
+    too_large_id,
+)
 from andrea_exp.references import NgramCounts, held_out_references
 
 HELD_OUT_SEED = 10_007  # the held-out set's random stream, independent of the run's seed
@@ -199,11 +207,11 @@ class TokenWindows:
 
 def token_splits(cfg, seq_len: int) -> tuple[Split, Split]:
     """Training windows of train.bin (read per batch) and held-out windows of val.bin (read once)."""
-    root = Path(str(cfg.path)).expanduser()
-    train = TokenWindows(root / "train.bin", seq_len, cfg.vocab_size, cfg.get("train_sequences"))
+    root, vocab = Path(str(cfg.path)).expanduser(), token_vocab_size(cfg)
+    train = TokenWindows(root / "train.bin", seq_len, vocab, cfg.get("train_sequences"))
     held_file = root / "val.bin"
     held = held_out_token_windows(held_file, seq_len, cfg.eval_sequences)
-    too_large_id(held, cfg.vocab_size, held_file, "its held-out windows")
+    too_large_id(held, vocab, held_file, "its held-out windows")
     return Split(train), Split(torch.from_numpy(held.astype(np.int64)))
 
 
@@ -287,5 +295,19 @@ def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
         return Dataset(train, held_out, 256, math.nan, refs, decoder=decode_bytes)
     # the training order comes from Dataset.batch (seed, step); the windows themselves do not depend on the seed
     train, held_out = token_splits(cfg, seq_len)
-    refs = references_of(token_file_stretches(train.tokens.ids), held_out.tokens, cfg.vocab_size)
-    return Dataset(train, held_out, cfg.vocab_size, math.nan, refs)
+    vocab = token_vocab_size(cfg)
+    refs = references_of(token_file_stretches(train.tokens.ids), held_out.tokens, vocab)
+    return Dataset(train, held_out, vocab, math.nan, refs, decoder=token_decoder(Path(str(cfg.path)).expanduser()))
+
+
+def token_decoder(root: Path) -> Callable[[Sequence[int] | torch.Tensor], str] | None:
+    """The decoder of the tokenizer named in root/meta.json (andrea_exp.prepare): bytes, a trained BPE
+    (tokenizer.json) or GPT-2's; None without meta.json or when the tokenizer's package cannot load it."""
+    meta = token_meta(root)
+    if meta is None:
+        return None
+    if (meta.get("tokenizer") or {}).get("kind") == "bytes":
+        return decode_bytes
+    from andrea_exp.prepare import text_decoder
+
+    return text_decoder(root, meta)

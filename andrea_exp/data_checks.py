@@ -6,6 +6,7 @@ file format's constants and readers live here too, shared with andrea_exp.data's
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ from andrea_exp.errors import ConfigError
 
 TOKEN_DTYPE = np.dtype("<u2")  # flat little-endian uint16, 2 bytes a token
 TOKEN_FILES = ("train.bin", "val.bin")
+TOKEN_META = "meta.json"  # written by andrea_exp.prepare beside the token files: tokenizer and vocabulary size
+DEFAULT_TOKEN_VOCAB = 50257  # data=tokens' vocabulary without data.vocab_size or meta.json: GPT-2's BPE
 # the rule for "a binary file given as text", applied to the file's first BINARY_SAMPLE bytes
 BINARY_SAMPLE = 1 << 20
 MAX_NUL_FRACTION = 0.01  # text has no NUL bytes; more than 1% of them means a binary file
@@ -30,6 +33,33 @@ def too_large_id(rows: np.ndarray, vocab_size: int, file: Path, what: str) -> No
     if top >= vocab_size:
         raise ConfigError(f"data.vocab_size={vocab_size} is too small for {str(file)!r}: {what} hold token id "
                           f"{top}; set data.vocab_size to at least {top + 1}")
+
+
+def token_meta(root: Path) -> dict | None:
+    """The meta.json of a token directory (andrea_exp.prepare), or None when there is none; a meta.json that
+    cannot be read, or whose vocab_size is not an integer from 1 to 65536, is a one-line error."""
+    file = Path(root) / TOKEN_META
+    if not file.is_file():
+        return None
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _fail(file, f"cannot be read as JSON ({getattr(err, 'strerror', None) or err}); "
+                          "rewrite it with python -m andrea_exp.prepare or remove it") from None
+    vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 1 <= vocab <= 65536:
+        raise _fail(file, f"has vocab_size {vocab!r}, not an integer from 1 to 65536; rewrite it with "
+                          "python -m andrea_exp.prepare or remove it")
+    return meta
+
+
+def token_vocab_size(cfg_data) -> int:
+    """data=tokens' vocabulary: data.vocab_size when set, else the vocab_size of data.path/meta.json, else 50257."""
+    vocab = cfg_data.get("vocab_size")
+    if vocab is not None:
+        return vocab
+    meta = token_meta(Path(str(cfg_data.get("path"))).expanduser())
+    return DEFAULT_TOKEN_VOCAB if meta is None else meta["vocab_size"]
 
 
 def held_out_token_windows(file: Path, seq_len: int, n: int) -> np.ndarray:
@@ -101,20 +131,29 @@ def _check_text_file(file: Path, seq_len: int) -> None:
     need = 2 * (seq_len + 2)  # a training and a held-out part, each longer than one window
     if size < need:
         raise _fail(file, f"has {size} bytes; data.seq_len={seq_len} needs at least {need}")
+    cause = binary_cause(head)
+    if cause is not None:
+        raise _fail(file, f"{cause}; for token ids use data=tokens")
+
+
+def binary_cause(head: bytes) -> str | None:
+    """Why the first bytes of a file make it binary rather than text (the rule of check_data), or None for text."""
+    if not head:
+        return None
     nul = head.count(0) / len(head)
     # surrogateescape turns each byte outside valid UTF-8 into one lone surrogate, so they can be counted
     decoded = head.decode("utf-8", errors="surrogateescape")
     invalid = sum(1 for ch in decoded if "\udc80" <= ch <= "\udcff") / len(head)
     if nul > MAX_NUL_FRACTION or invalid > MAX_INVALID_UTF8_FRACTION:
-        raise _fail(file, f"looks binary, not text: {nul:.1%} NUL bytes and {invalid:.1%} bytes outside UTF-8 in "
-                          f"its first {len(head)} bytes (text allows at most {MAX_NUL_FRACTION:.0%} and "
-                          f"{MAX_INVALID_UTF8_FRACTION:.0%}); for token ids use data=tokens")
+        return (f"looks binary, not text: {nul:.1%} NUL bytes and {invalid:.1%} bytes outside UTF-8 in its first "
+                f"{len(head)} bytes (text allows at most {MAX_NUL_FRACTION:.0%} and {MAX_INVALID_UTF8_FRACTION:.0%})")
+    return None
 
 
 def _check_token_dir(root: Path, cfg_data, seq_len: int) -> None:
     if not root.is_dir():
         raise _fail(root, "is a file; data=tokens needs a directory holding train.bin and val.bin")
-    vocab = cfg_data.get("vocab_size")
+    vocab = token_vocab_size(cfg_data)  # null: meta.json's (andrea_exp.prepare), else GPT-2's 50257
     if isinstance(vocab, bool) or not isinstance(vocab, int) or not 1 <= vocab <= 65536:
         raise ConfigError(f"data.vocab_size must be an integer from 1 to 65536 (uint16 token ids); got {vocab!r}")
     for name in TOKEN_FILES:

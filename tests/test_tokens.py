@@ -45,10 +45,10 @@ def test_conf_file_composes_and_builds(tmp_path):
     root = corpus(tmp_path)
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose("config", overrides=["data=tokens", f"data.path={root}", "data.seq_len=8"])
-    # the data schema is shared by every source; the Markov chain's fields stay null for data=tokens
-    assert {k for k, v in cfg.data.items() if v is not None} == {"name", "seq_len", "vocab_size", "path",
-                                                                  "eval_sequences"}
-    assert cfg.data.name == "tokens" and cfg.data.vocab_size == 50257 and cfg.data.train_sequences is None
+    # the data schema is shared by every source; the Markov chain's fields stay null for data=tokens, and
+    # vocab_size is null: meta.json's, else (as here, a directory without one) GPT-2's 50257
+    assert {k for k, v in cfg.data.items() if v is not None} == {"name", "seq_len", "path", "eval_sequences"}
+    assert cfg.data.name == "tokens" and cfg.data.vocab_size is None and cfg.data.train_sequences is None
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
     assert data.vocab_size == 50257
     assert math.isnan(data.floor) and math.isnan(data.floor_standard_error)
@@ -238,7 +238,7 @@ def test_token_file_too_small_for_seq_len(tmp_path, name):
     assert build_dataset(tokens_cfg(root), T, seed=0).batch(0, 1, seed=0)[0].shape == (1, T)
 
 
-@pytest.mark.parametrize("vocab", [0, 65537, 1.5, True, None])
+@pytest.mark.parametrize("vocab", [0, 65537, 1.5, True])  # None: meta.json's, else 50257 (tests/test_prepare.py)
 def test_vocab_size_must_fit_uint16(tmp_path, vocab):
     message = config_error(tokens_cfg(corpus(tmp_path), vocab_size=vocab))
     assert message == f"data.vocab_size must be an integer from 1 to 65536 (uint16 token ids); got {vocab!r}"
