@@ -389,8 +389,15 @@ def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
         assert_close(head_stats(q, kk, scale=0.2, causal=True, impl="triton"),
                      reference_head_stats(q, kk.contiguous(), scale=0.2, causal=True), 260)
     keys = (torch.eye(17, 32) * 40.0)[None, None].to(device)
-    got = dict(zip(STATS, head_stats(keys, keys, scale=1.0, causal=True, impl="triton")[:, 0].tolist()))
-    assert got["entropy"] == pytest.approx(0.0, abs=1e-6) and got["max_prob"] == pytest.approx(1.0)
+    for dtype in (torch.float32, torch.bfloat16) if device == "cuda" else (torch.float32,):
+        one_hot = keys.to(dtype)
+        got = dict(zip(STATS, head_stats(one_hot, one_hot, scale=1.0, causal=True, impl="triton")[:, 0].tolist()))
+        assert got["entropy"] == pytest.approx(0.0, abs=1e-6) and got["max_prob"] == pytest.approx(1.0)
+        uniform = dict(zip(STATS, head_stats(torch.zeros_like(one_hot), one_hot, scale=1.0, causal=False,
+                                             impl="triton")[:, 0].tolist()))
+        assert uniform["entropy"] == pytest.approx(math.log(17), rel=1e-6)
+        assert uniform["entropy_norm"] == pytest.approx(1.0, rel=1e-6)
+        assert uniform["max_prob_max"] == pytest.approx(1 / 17, rel=1e-6)
 
 
 @pytest.mark.gpu
