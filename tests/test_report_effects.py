@@ -484,3 +484,11 @@ def test_c7_a_partial_shortcut_above_the_floor_still_counts_as_a_leak():
     (place,) = verdicts.c7_leak(cells_of(runs)).places
     assert place.shown[0].decision == FAILS  # not below the floor
     assert place.decision == HOLDS
+
+
+def test_an_identical_rerun_of_one_seed_makes_no_interval():
+    """The same seed run twice (a rerun into another sweep) is one run: n=1, no '95% CI 3..3'."""
+    runs = [make_run(0, d_k=d, scale=s, final=f) for d in (64, 4096) for s, f in (("sqrt", 1.6), ("none", 2.5))]
+    runs += [make_run(0, d_k=d, scale=s, final=f) for d in (64, 4096) for s, f in (("sqrt", 1.6), ("none", 2.5))]
+    place = verdicts.c4_stall(cells_of(runs))[0].places[0]
+    assert place.effect.stat.n == 1 and place.effect.text().endswith("(n=1)")
