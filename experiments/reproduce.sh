@@ -40,10 +40,12 @@ fi
 
 stage() {  # stage NAME EXPERIMENT [overrides...]: one Hydra multirun into $SWEEPS/NAME
   local name=$1 experiment=$2; shift 2
-  local t0 rc; t0=$(date +%s.%N)
+  local t0 rc resume=(); t0=$(date +%s.%N)
+  # a stage run before (stopped, or finished) is resumed: finished cells stay as they are, the rest go on
+  [ -d "$SWEEPS/$name" ] && resume=(train.resume=true)
   $py -m andrea_exp -m "experiment=$experiment" hydra/launcher=local_gpus "cells_per_gpu=$PAR" \
-    "hydra.sweep.dir=$SWEEPS/$name" logger.mode=disabled train.progress=false "$@" "${EXTRA_ARGS[@]}" \
-    > "$SWEEPS/$name.log" 2>&1
+    "hydra.sweep.dir=$SWEEPS/$name" logger.mode=disabled train.progress=false "${resume[@]}" "$@" \
+    "${EXTRA_ARGS[@]}" > "$SWEEPS/$name.log" 2>&1
   rc=$?
   $py - "$name" "$t0" "$(date +%s.%N)" "$rc" "$SWEEPS/wall_times.jsonl" "$*" <<'PY'
 import json, sys
@@ -55,7 +57,7 @@ with open(out, "a") as fh:
 PY
   grep -E "cells, [0-9]+ failed|^error" "$SWEEPS/$name.log" | tail -n 2
   case $rc in 130|143)  # the sweep stopped on Ctrl-C / SIGTERM: so does the script (and this lane), with its code
-    echo "stage $name stopped by a signal (exit $rc); resume it with the same command" >&2; exit "$rc" ;;
+    echo "stage $name stopped by a signal (exit $rc); run the same command again: it resumes the stage" >&2; exit "$rc" ;;
   esac
 }
 

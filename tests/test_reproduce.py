@@ -107,3 +107,46 @@ def test_a_lane_stopped_by_a_signal_stops_the_script_before_the_report(tmp_path)
     assert done.returncode == 130, done.stderr
     assert "extras_inv" not in started  # lane A stopped after its first stage
     assert "report" not in record
+
+
+def arg_recording_python(tmp_path: Path) -> tuple[Path, Path]:
+    """An interpreter that makes each sweep's directory and records its arguments instead of training."""
+    import sys
+
+    record = tmp_path / "args.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!/usr/bin/env bash
+if [ "$1 $2" = "-m andrea_exp" ]; then
+  for a in "$@"; do case $a in hydra.sweep.dir=*) mkdir -p "${{a#hydra.sweep.dir=}}";; esac; done
+  echo "$*" >> {record}; exit 0
+fi
+exec {sys.executable} "$@"
+""")
+    fake.chmod(0o755)
+    return fake, record
+
+
+def test_a_stage_run_again_resumes_its_sweep(tmp_path):
+    """A second run of a stage over the same SWEEPS resumes it (a plain rerun would be refused as an overwrite)."""
+    fake, record = arg_recording_python(tmp_path)
+    for _ in range(2):
+        done = reproduce("leak_gap", PYTHON=str(fake), SWEEPS=str(tmp_path / "sw"))
+        assert done.returncode == 0, done.stderr
+    first, second = record.read_text().splitlines()
+    assert "train.resume=true" not in first.split() and "train.resume=true" in second.split()
+
+
+def test_the_corpus_study_runs_its_three_studies_on_the_text(tmp_path):
+    fake, record = arg_recording_python(tmp_path)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("to be or not to be " * 100)
+    done = subprocess.run(["bash", str(REPRODUCE)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LANES": "1", "PYTHON": str(fake), "SWEEPS": str(tmp_path / "sw"),
+                               "RESULTS": str(tmp_path / "res"), "CORPUS": str(corpus), "REPORT": "0"})
+    assert done.returncode == 0, done.stderr
+    sweeps = record.read_text().splitlines()
+    assert [a.split("experiment=")[1].split()[0] for a in sweeps] == [
+        "claims_grid", "claims_grid", "lr_sensitivity", "extras", "extras"]
+    assert all("data=text" in a.split() and f"data.path={corpus}" in a.split() for a in sweeps)
+    bad = reproduce(CORPUS=str(tmp_path / "missing.txt"), SWEEPS=str(tmp_path / "sw2"))
+    assert bad.returncode == 2 and "CORPUS must be a readable text file" in bad.stderr
