@@ -22,7 +22,7 @@ from andrea_exp import metric_keys as mk
 from andrea_exp.report.bestlr import final_loss, lr_groups
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.runs import Run
-from andrea_exp.report.seeds import per_seed
+from andrea_exp.report.seeds import paired
 from andrea_exp.report.stats import Stat, stat
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
@@ -229,14 +229,8 @@ def twins(cells: list[Cell], axis: str, a, b) -> list[tuple[dict, Cell, Cell]]:
     return [(g["rest"], g[str(a)], g[str(b)]) for g in groups.values() if str(a) in g and str(b) in g]
 
 
-def paired_values(a: Cell, b: Cell, fa, fb, combine) -> dict:
-    va, vb = per_seed(a, fa), per_seed(b, fb)
-    out = {}
-    for s in va.keys() & vb.keys():
-        v = combine(va[s], vb[s])
-        if v is not None and math.isfinite(v):
-            out[s] = v
-    return out
+# paired_values(a, b, fn_a, fn_b, combine): seed -> combine(a's value, b's value), seeds both ran
+paired_values = paired
 
 
 TINY_GRADIENT = 1e-30  # a row gradient of exactly 0 (underflow) counts as this: vanished, not unmeasured
