@@ -3,9 +3,16 @@
 Imported only on CUDA (attn_stats imports it lazily), so CPU machines without Triton never load it.
 
 Kernel 1 (`_row_block_stats`): one program per (batch, head, block of BLOCK_M query rows), flash-attention
-style without the values: for each block of BLOCK_N keys, s = q k^T * scale (tl.dot, float32
+style without the values: for each block of BLOCK_N keys, the raw dot products r = q k^T (tl.dot, float32
 accumulation) and the online update of each row's running max m, sum l and a = sum exp(s - m) (s - m), all
 in float32 and in base 2 (exp2, the scale pre-multiplied by log2 e; converted back to nats at the end).
+The row's max m is kept on the raw r and each exponent formed as z = (r - m) c, c = scale log2 e > 0: the
+key at the max then has z = 0 exactly and contributes exp2(0) = 1, so l >= 1 and max_prob = 1 / l <= 1
+(entropy >= 0 too), whatever the compiler fuses. Forming s = r c first and z = s - max(s) does not give
+that: the compiler contracts r c - max(s) into one fused multiply-add (Triton's default fp fusion), whose
+unrounded product differs from the rounded one the max came from by up to half an ulp of s, so the max key
+got exp2(+-ulp/2) instead of 1: at scores of 2048-4096 (log2 units) 1 -+ 8.5e-5, and saturated rows of a
+120M run reported max_prob 1.00008 (1.00017 at scores above 4096).
 Key blocks wholly visible to the block's rows run without a mask; the diagonal block (causal) or the last,
 partial block run with it. At the row's end: entropy, entropy / log(visible keys), max probability 1 / l,
 saturation, the row's largest logit; the block's rows are reduced to 6 partials (4 sums, 2 maxima).
@@ -34,20 +41,23 @@ N_PARTIALS = 6
 
 
 @triton.jit
-def _online_update(m_i, l_i, a_i, s, visible, MASKED: tl.constexpr):
-    """One key block folded into each row's (m, l, a); s: (BLOCK_M, BLOCK_N) scores in log2 units."""
+def _online_update(m_i, l_i, a_i, r, visible, qk_scale, MASKED: tl.constexpr):
+    """One key block folded into each row's (m, l, a). r: (BLOCK_M, BLOCK_N) raw dot products q.k; m_i the rows'
+    running max of r; qk_scale = scale * log2 e > 0 turns differences of r into log2 units (l, a are in them).
+
+    z = (r - m) * qk_scale: exactly 0 at the row's max (see the module docstring for why not r * qk_scale - m)."""
     if MASKED:
-        m_block = tl.max(tl.where(visible, s, float("-inf")), 1)
+        m_block = tl.max(tl.where(visible, r, float("-inf")), 1)
     else:
-        m_block = tl.max(s, 1)
+        m_block = tl.max(r, 1)
     m_new = tl.maximum(m_i, m_block)
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no visible key yet
-    z = s - m_safe[:, None]  # finite: s is a raw score, masked or not
+    z = (r - m_safe[:, None]) * qk_scale  # finite: r is a raw dot product, masked or not; <= 0 where visible
     p = tl.math.exp2(z)
     if MASKED:
         p = tl.where(visible, p, 0.0)  # masked keys carry no mass
-    alpha = tl.math.exp2(m_i - m_safe)  # 0 while m_i is -inf
-    shift = tl.where(l_i > 0.0, m_i - m_safe, 0.0)  # 0 * -inf would be nan
+    alpha = tl.math.exp2((m_i - m_safe) * qk_scale)  # 0 while m_i is -inf, 1 while the max stays
+    shift = tl.where(l_i > 0.0, (m_i - m_safe) * qk_scale, 0.0)  # 0 * -inf would be nan
     a_i = alpha * (a_i + l_i * shift) + tl.sum(p * z, 1)
     l_i = alpha * l_i + tl.sum(p, 1)
     return m_new, l_i, a_i
@@ -81,18 +91,17 @@ def _key_blocks(m_i, l_i, a_i, q, q_base, k_base, offs_m, start, stop, T, qk_sca
                     s = tl.dot(qc, tl.trans(kc), s, input_precision="ieee")
                 else:
                     s = tl.dot(qc, tl.trans(kc), s)
-        s = s * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
-        visible = offs_n[None, :] < T
+        visible = offs_n[None, :] < T  # s: (BLOCK_M, BLOCK_N) raw dot products, unscaled
         if CAUSAL_MASK:
             visible = visible & (offs_n[None, :] <= offs_m[:, None])
-        m_i, l_i, a_i = _online_update(m_i, l_i, a_i, s, visible, MASKED)
+        m_i, l_i, a_i = _online_update(m_i, l_i, a_i, s, visible, qk_scale, MASKED)
     return m_i, l_i, a_i
 
 
 @triton.jit
 def _row_block_stats(q_ptr, k_ptr, part_ptr, flag_ptr,
                      stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
-                     B, H, T, n_row_blocks, qk_scale, threshold,
+                     B, H, T, n_row_blocks, qk_scale, scale, threshold,
                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, ONE_D_BLOCK: tl.constexpr, IEEE: tl.constexpr):
     if tl.load(flag_ptr) != 0:
@@ -138,7 +147,7 @@ def _row_block_stats(q_ptr, k_ptr, part_ptr, flag_ptr,
         kept = row_ok & (n_visible > 1)
         entropy_norm = tl.where(kept, entropy / tl.log(tl.maximum(n_visible.to(tl.float32), 2.0)), 0.0)
         saturated = row_ok & (max_prob > threshold)
-        logit = m_i * ln2  # the row's largest score (log2 units back to the score's)
+        logit = m_i * scale  # the row's largest score: its largest raw dot product, scaled as s = q.k * scale
 
         out = part_ptr + ((h * B + b) * n_row_blocks + block) * 6
         tl.store(out + 0, tl.sum(tl.where(row_ok, entropy, 0.0), 0))
@@ -213,6 +222,8 @@ def head_stats_triton(q: torch.Tensor, k: torch.Tensor, enabled: torch.Tensor, s
         q = q.float()
     k = k.to(q.dtype)
     B, H, T, D = q.shape
+    if not scale > 0:  # the row's max is taken on q.k before scaling (see the module docstring)
+        raise ValueError(f"scale must be positive; got {scale!r}")
     if k.shape != q.shape:
         raise ValueError(f"q and k must have the same shape; got {tuple(q.shape)} and {tuple(k.shape)}")
     cfg = launch_config(D, q.dtype)
@@ -220,7 +231,7 @@ def head_stats_triton(q: torch.Tensor, k: torch.Tensor, enabled: torch.Tensor, s
     partials = torch.empty((H, B, n_row_blocks, N_PARTIALS), dtype=torch.float32, device=q.device)
     kernel = _row_block_stats if "BLOCK_N" in cfg else _row_block_stats_tuned
     kernel[(B * H * n_row_blocks,)](
-        q, k, partials, enabled, *q.stride(), *k.stride(), B, H, T, n_row_blocks, float(scale) * LOG2E,
+        q, k, partials, enabled, *q.stride(), *k.stride(), B, H, T, n_row_blocks, float(scale) * LOG2E, float(scale),
         float(threshold), CAUSAL=bool(causal), HEAD_DIM=D, IEEE=q.dtype == torch.float32, **cfg)
     if out is None:
         out = torch.empty((N_STATS, H), dtype=torch.float32, device=q.device)

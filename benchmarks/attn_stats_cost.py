@@ -10,12 +10,21 @@ train() does. Reported: each arm's tokens/s per pair, the ratio t_off / t_arm pe
 the profiler; each arm's losses against the off arm's (the statistics must not change training); the last
 logged values.
 
+The loss comparison needs the arms to start alike, and a yardstick. The process's first compiled model does
+work no later one repeats (the first torch.compile, the first capture, inductor's first-call tuning of the
+kernels every later model of that graph reuses, the chunked loss's compiled step): so before any measured arm
+a throwaway model of each graph (off, and with the statistics) is built, warmed through its compilation and
+capture and dropped, and the measured arms are then built one after another from one seed, each the same way.
+A `control` arm, a second off arm built last and stepped untimed to the same step, gives the run-to-run
+difference of two identical arms: `losses_vs_off` holds every arm's difference, the control's included, and
+`losses` every arm's loss at every step, so a difference can be placed (which steps, which arms).
+
 Claims-grid cells (andrea_small, T 128, B 32, d_k 64 on the fused path and d_k 4096 on the bilinear one, graphed,
 not compiled): ms per step with and without the statistics, A/B pairs.
 
 The kernel alone at the 120M layer shape (B 32, H 12, T 1024, d_k 64, bf16, causal) against SDPA's forward.
 
-    PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --out benchmarks/results/attn_stats_h200.json   # H200: ~2.5 min
+    PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --out benchmarks/results/attn_stats_h200.json   # H200: ~3 min
     PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --smoke --out /tmp/attn_stats_smoke.json       # CPU, seconds
 """
 
@@ -44,6 +53,8 @@ TARGET_COST_PCT, GOAL_COST_PCT = 2.0, 1.0
 ARMS = {"off": ["train.attn_stats=off"], "every": ["train.attn_stats=every"],
         "every10": ["train.attn_stats=every", "train.attn_stats_every=10"]}
 STATS_KERNELS = ("_row_block_stats", "_finish_heads")
+CONTROL = "control"  # a second off arm, built last: the difference two identical arms show
+FIRST_LOSSES = 20  # steps whose losses are compared on their own (compilation, capture, the first replays)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,7 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cell-pairs", type=int, default=5, help="A/B pairs per claims-grid cell")
     parser.add_argument("--cell-window", type=int, default=200, help="steps per timed window, claims-grid cells")
     parser.add_argument("--arms", default="off,every,every10", help=f"ANDREA-120M arms, of {', '.join(ARMS)}")
-    parser.add_argument("--budget-s", type=float, default=200.0, help="skip the claims-grid cells past this")
+    parser.add_argument("--budget-s", type=float, default=260.0, help="skip the claims-grid cells past this")
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
     args = parser.parse_args(argv)
     args.arms = [a for a in args.arms.split(",") if a]
@@ -130,9 +141,26 @@ def max_loss_diff(a: list[float], b: list[float], first: int | None = None) -> f
     return max(abs(x - y) for x, y in zip(a[:n], b[:n])) if n else None
 
 
-def release(*objects) -> None:
-    for obj in objects:
-        del obj
+def loss_comparison(a: list[float], b: list[float]) -> dict:
+    """Two arms' losses step by step: the largest difference, over all steps, the first 10 and the first
+    FIRST_LOSSES, and the first step at which they differ at all (None: bitwise equal)."""
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if a[i] != b[i]), None)
+    return {"max_abs_diff": max_loss_diff(a, b), "max_abs_diff_first_10_steps": max_loss_diff(a, b, 10),
+            f"max_abs_diff_first_{FIRST_LOSSES}_steps": max_loss_diff(a, b, FIRST_LOSSES),
+            "first_differing_step": first, "steps_compared": n}
+
+
+def warm(arm: Arm, steps: int) -> Arm:
+    for _ in range(steps):
+        arm.step()
+    arm.flush()
+    sync(arm.rt.device)
+    return arm
+
+
+def release() -> None:
+    """Free what the dropped models held (their CUDA graphs' pools included): call after the last reference went."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -143,19 +171,25 @@ def andrea_120m(args, result: Result, say) -> None:
     if args.smoke:
         shape.batch_size, shape.seq_len, shape.vocab = 4, 32, 128
     base = andrea_overrides(shape) + ["probe.every=0"]
+    warmup = 3 + args.warmup_steps  # compilation (3 eager steps), the capture, then steady steps
+    # throwaway models first, one per graph (every10's is every's), so that no measured arm is the process's
+    # first of its graph: each then starts from the same process state (see the module docstring)
+    throwaway = ["off"] + (["every"] if any(name != "off" for name in args.arms) else [])
+    for name in throwaway:
+        t0 = time.perf_counter()
+        graphed = warm(Arm(compose_cfg(base + ARMS[name])), warmup).graphed
+        release()
+        say(f"throwaway {name} model: built, warmed and dropped in {time.perf_counter() - t0:.1f} s, graphed {graphed}")
     arms = {}
     for name in args.arms:
         t0 = time.perf_counter()
-        arm = Arm(compose_cfg(base + ARMS[name]))
-        for _ in range(3 + args.warmup_steps):  # compilation (3 eager steps), the capture, then steady steps
-            arm.step()
-        arm.flush()
-        sync(arm.rt.device)
-        arms[name] = arm
-        say(f"ANDREA arm {name}: built and warmed in {time.perf_counter() - t0:.1f} s, graphed {arm.graphed}")
+        arms[name] = warm(Arm(compose_cfg(base + ARMS[name])), warmup)
+        say(f"ANDREA arm {name}: built and warmed in {time.perf_counter() - t0:.1f} s, graphed {arms[name].graphed}")
+    control = warm(Arm(compose_cfg(base + ARMS["off"])), warmup)  # built last; not timed
     device = arms["off"].rt.device
     result.update(andrea_overrides=base, arms={name: ARMS[name] for name in arms}, window_steps=args.window,
-                  graphed={name: arm.graphed for name, arm in arms.items()})
+                  throwaway_models=throwaway, control_arm=f"{CONTROL}: {ARMS['off']}, built after the others, untimed",
+                  graphed={**{name: arm.graphed for name, arm in arms.items()}, CONTROL: control.graphed})
     for arm in arms.values():  # every arm at the same step, a multiple of every cadence
         while arm.step_no % 10:
             arm.step()
@@ -183,22 +217,28 @@ def andrea_120m(args, result: Result, say) -> None:
     tps = {name: statistics.median(p[f"{name}_tokens_per_s"] for p in pairs) for name in names}
     for arm in arms.values():
         arm.flush()
-    losses = {name: {"max_abs_diff_vs_off": max_loss_diff(arms[name].losses, arms["off"].losses),
-                     "max_abs_diff_vs_off_first_10_steps": max_loss_diff(arms[name].losses, arms["off"].losses, 10),
-                     "steps_compared": min(len(arms[name].losses), len(arms["off"].losses))}
-              for name in names if name != "off"}
-    result.update(median_tokens_per_s=tps, cost=summary, losses_vs_off=losses,
+    while control.step_no < arms["off"].step_no:
+        control.step()
+    control.flush()
+    trained = {**arms, CONTROL: control}
+    losses = {name: loss_comparison(arm.losses, arms["off"].losses) for name, arm in trained.items() if name != "off"}
+    between = {"every10_vs_every": loss_comparison(arms["every10"].losses, arms["every"].losses)} \
+        if "every" in arms and "every10" in arms else {}
+    result.update(median_tokens_per_s=tps, cost=summary, losses_vs_off=losses, losses_between_arms=between,
+                  losses={name: arm.losses for name, arm in trained.items()},
                   last_logged_stats={name: {k: v for k, v in arms[name].last_row.items()
                                             if k == "step" or "/L" not in k} for name in names if name != "off"})
     for name, s in summary.items():
         say(f"{name}: median ratio {s['median_ratio']:.4f}, cost {s['cost_pct']:.2f}% (target {TARGET_COST_PCT}%, "
-            f"goal {GOAL_COST_PCT}%); losses vs off: max diff {losses[name]['max_abs_diff_vs_off']}")
+            f"goal {GOAL_COST_PCT}%); losses vs off: max diff {losses[name]['max_abs_diff']}, first differing step "
+            f"{losses[name]['first_differing_step']}")
+    say(f"{CONTROL} (a second off arm): losses vs off: max diff {losses[CONTROL]['max_abs_diff']}, first "
+        f"differing step {losses[CONTROL]['first_differing_step']}")
     profiles = {name: stats_kernel_ms(arms[name], 3 if not args.smoke else 1, device) for name in names}
     result.update(profile=profiles)
     say("profile (ms per step): " + ", ".join(
         f"{name} all {p['all_kernels_ms_per_step']:.2f} / stats {p['stats_kernels_ms_per_step']:.3f}"
         for name, p in profiles.items()))
-    release(*arms.values())
 
 
 def claims_cells(args, result: Result, say) -> None:
@@ -210,6 +250,7 @@ def claims_cells(args, result: Result, say) -> None:
             for _ in range(3 + args.warmup_steps):
                 arm.step()
             arms[name] = arm
+            del arm
         device = arms["off"].rt.device
         pairs = []
         for p in range(args.cell_pairs):
@@ -224,7 +265,8 @@ def claims_cells(args, result: Result, say) -> None:
         say(f"claims-grid cell d_k {d_k} ({cells[str(d_k)]['attn_impl']}): off {off:.3f} ms, every {every:.3f} ms "
             f"a step ({cells[str(d_k)]['cost_pct']:+.1f}%)")
         result.update(claims_grid_cells=cells)
-        release(*arms.values())
+        arms.clear()
+        release()
 
 
 def kernel_alone(args, result: Result, say) -> None:
@@ -268,6 +310,7 @@ def main(argv=None) -> dict:
         "pooled_note": f"{K.ATTN_STEP}/score_max and max_prob_max: max over heads and layers; the rest: means"})
     kernel_alone(args, result, say)
     andrea_120m(args, result, say)
+    release()  # the arms went with andrea_120m's frame
     if time.perf_counter() - started < args.budget_s:
         claims_cells(args, result, say)
     else:
