@@ -492,3 +492,15 @@ def test_an_identical_rerun_of_one_seed_makes_no_interval():
     runs += [make_run(0, d_k=d, scale=s, final=f) for d in (64, 4096) for s, f in (("sqrt", 1.6), ("none", 2.5))]
     place = verdicts.c4_stall(cells_of(runs))[0].places[0]
     assert place.effect.stat.n == 1 and place.effect.text().endswith("(n=1)")
+
+
+def test_the_logit_figure_reads_every_step_values_where_the_runs_logged_them():
+    from andrea_exp.report.screen_figures import every_step_or_probe
+
+    probed = [make_run(seed, d_k=d, scale=s, probes={0: {mk.ATTN_SCORE_MAX: 4.0}})
+              for seed in range(2) for d in (64, 4096) for s in ("sqrt", "none")]
+    assert every_step_or_probe(cells_of(probed), mk.ATTN_STEP_SCORE_MAX, mk.ATTN_SCORE_MAX) == mk.ATTN_SCORE_MAX
+    stepped = [make_run(seed, d_k=d, scale=s, probes={k: {mk.ATTN_STEP_SCORE_MAX: 4.0 + k} for k in range(3)})
+               for seed in range(2) for d in (64, 4096) for s in ("sqrt", "none")]
+    assert every_step_or_probe(cells_of(stepped), mk.ATTN_STEP_SCORE_MAX, mk.ATTN_SCORE_MAX) == \
+        mk.ATTN_STEP_SCORE_MAX

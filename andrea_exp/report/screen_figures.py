@@ -204,16 +204,24 @@ def leak_figure(c: Cells, out: Path) -> Path | None:
     return curve_panels(out / "leak.png", panels, n_cols=2) if panels else None
 
 
+def every_step_or_probe(c: Cells, per_step: str, probe: str) -> str:
+    """The training batch's value at every step (train.attn_stats) where the grid's runs logged it, else the
+    probe's: logit growth and collapse happen between probes."""
+    runs = [run for cell in grid_cells(c) for run in cell.runs]
+    return per_step if runs and all(run.series(per_step)[0] for run in runs) else probe
+
+
 def all_figures(c: Cells, out: Path) -> list[tuple[str, Path]]:
     """(caption, path) of every first-screen figure that has data."""
+    logit = every_step_or_probe(c, mk.ATTN_STEP_SCORE_MAX, mk.ATTN_SCORE_MAX)
+    entropy = every_step_or_probe(c, mk.ATTN_STEP_ENTROPY, mk.ATTN_ENTROPY)
     drawn = [
         ("final loss vs LR per d_k (best LR starred)", loss_vs_lr(c, out)),
         ("final loss vs d_k", loss_vs_dk(c, out)),
         ("training loss vs step (grid, causal)", per_dk_curves(c, out, "loss_vs_step.png",
                                                                [(mk.TRAIN_LOSS, "train/loss", False)], refs=True)),
-        ("largest attention logit and row entropy vs step", per_dk_curves(
-            c, out, "logits_entropy.png", [(mk.ATTN_SCORE_MAX, "attn/score_max", True),
-                                           (mk.ATTN_ENTROPY, "attn/entropy", False)])),
+        (f"largest attention logit and row entropy vs step ({logit}, {entropy})", per_dk_curves(
+            c, out, "logits_entropy.png", [(logit, logit, True), (entropy, entropy, False)])),
         ("dead gradient rows and median row gradient vs step", per_dk_curves(
             c, out, "row_gradients.png", [(mk.GRAD_SCORES_DEAD_FRAC, "grad/scores_dead_frac", False),
                                           (mk.GRAD_SCORES_ROW_P50, "grad/scores_row_p50", True)])),
