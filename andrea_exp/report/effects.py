@@ -22,7 +22,7 @@ from andrea_exp import metric_keys as mk
 from andrea_exp.report.bestlr import final_loss, lr_groups
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.runs import Run
-from andrea_exp.report.seeds import paired
+from andrea_exp.report.seeds import EARLY_WINDOW, paired, window_mean
 from andrea_exp.report.stats import Stat, stat
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
@@ -127,27 +127,11 @@ def fmt(value) -> str:
 # ---------------------------------------------------------------- per-run quantities
 
 
-def at_step(key: str, step: int = 0) -> Callable[[Run], float | None]:
-    return lambda run: run.at_step(key, step)
-
-
-def window(key: str, lo: int, hi: int) -> Callable[[Run], float | None]:
-    """Mean of a logged value over lo < step <= hi (the early window leaves step 0 to 'init')."""
-    def read(run: Run) -> float | None:
-        vals = [v for s, v in zip(*run.series(key)) if lo < s <= hi and math.isfinite(v)]
-        return sum(vals) / len(vals) if vals else None
-    return read
-
-
-def at_end(key: str) -> Callable[[Run], float | None]:
-    def read(run: Run) -> float | None:
-        steps, values = run.series(key)
-        return values[-1] if values and steps[-1] > 0 else None
-    return read
-
-
-PHASES = {"init": lambda key: at_step(key, 0), "early": lambda key: window(key, 0, 200),
-          "end": lambda key: at_end(key)}
+# a phase of training -> a reader of one logged key: step 0, the mean over steps 1..200 (the probes of the
+# early window after step 0), the last probe after step 0
+PHASES = {"init": lambda key: lambda run: run.at_step(key, 0),
+          "early": lambda key: window_mean(key, (1, EARLY_WINDOW[1])),
+          "end": lambda key: lambda run: run.probe_at_end(key)}
 
 
 def loss_or_l0(run: Run) -> float | None:
@@ -157,8 +141,7 @@ def loss_or_l0(run: Run) -> float | None:
 
 
 def mean_of(runs: list[Run], key: str) -> float | None:
-    st = stat(run.summary.get(key) if isinstance(run.summary.get(key), (int, float)) else run.last(key)
-              for run in runs)
+    st = stat(run.last(key) for run in runs)
     return st.mean if st.n else None
 
 
@@ -219,14 +202,24 @@ def progress_of(refs: References) -> Callable[[Run], float | None]:
 # ---------------------------------------------------------------- pairing cells
 
 
+def groups(cells: list[Cell], *axes: str) -> list[list[Cell]]:
+    """The cells of one experiment that agree on every axis but `axes`, one list each, in the order first met."""
+    found: dict[str, list[Cell]] = {}
+    for cell in cells:
+        rest = sorted((k, str(v)) for k, v in cell.axes.items() if k not in axes)
+        found.setdefault(repr((cell.experiment, rest)), []).append(cell)
+    return list(found.values())
+
+
 def twins(cells: list[Cell], axis: str, a, b) -> list[tuple[dict, Cell, Cell]]:
     """(shared axes, cell with axis=a, cell with axis=b) for cells that differ only in `axis`."""
-    groups: dict[str, dict] = {}
-    for cell in cells:
-        rest = {k: v for k, v in cell.axes.items() if k != axis}
-        key = repr((cell.experiment, sorted((k, str(v)) for k, v in rest.items())))
-        groups.setdefault(key, {"rest": rest})[str(cell.get(axis))] = cell
-    return [(g["rest"], g[str(a)], g[str(b)]) for g in groups.values() if str(a) in g and str(b) in g]
+    out = []
+    for group in groups(cells, axis):
+        by_value = {str(cell.get(axis)): cell for cell in group}
+        if str(a) in by_value and str(b) in by_value:
+            rest = {k: v for k, v in group[0].axes.items() if k != axis}
+            out.append((rest, by_value[str(a)], by_value[str(b)]))
+    return out
 
 
 # paired_values(a, b, fn_a, fn_b, combine): seed -> combine(a's value, b's value), seeds both ran

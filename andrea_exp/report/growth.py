@@ -55,12 +55,15 @@ def sensitivity(by_lr: dict[float, Cell], lrs=None) -> tuple:
     return stat(lr_sensitivity(v, l0[s]) for s, v in per_seed.items() if len(v) >= 2 and s in l0)
 
 
-def curve(cell: Cell, key: str) -> list[tuple]:
+def curve(cell: Cell, key: str, every_seed: bool = False) -> list[tuple]:
+    """(step, mean, std) of a logged key over the cell's seeds, at the steps some seed logged a finite value,
+    or with every_seed only where every seed did (a curve that does not jump when a seed stops early)."""
     per_step: dict[int, list[float]] = {}
     for run in cell.runs:
         for s, v in zip(*run.series(key)):
             per_step.setdefault(s, []).append(v)
-    return [(s, stat(v).mean, stat(v).std) for s, v in sorted(per_step.items()) if stat(v).n]
+    need = len(cell.runs) if every_seed else 1
+    return [(s, st.mean, st.std) for s, v in sorted(per_step.items()) if (st := stat(v)).n >= need]
 
 
 def shared_lrs(groups: dict, d_k) -> list[float]:

@@ -9,7 +9,8 @@ from pathlib import Path
 from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
 from andrea_exp.report.cells import LR, Cell
-from andrea_exp.report.effects import References, loss_or_l0, twins
+from andrea_exp.report.effects import References, best_lr_cells, loss_or_l0, twins
+from andrea_exp.report.growth import curve
 from andrea_exp.report.stats import stat
 from andrea_exp.report.verdicts import Cells, is_causal
 
@@ -63,17 +64,6 @@ def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
         ax.set_visible(False)
     figures._shared_legend(fig, flat[:len(panels)])
     return figures._save(fig, path)
-
-
-def mean_curve(cell: Cell, key: str) -> list[tuple[float, float, float]]:
-    """(step, mean over seeds, std) of a logged key at the steps every seed logged."""
-    by_step: dict[int, list[float]] = {}
-    for run in cell.runs:
-        for s, v in zip(*run.series(key)):
-            if math.isfinite(v):
-                by_step.setdefault(s, []).append(v)
-    n = len(cell.runs)
-    return [(s, stat(v).mean, stat(v).std) for s, v in sorted(by_step.items()) if len(v) == n]
 
 
 def grid_cells(c: Cells) -> list[Cell]:
@@ -140,7 +130,6 @@ def loss_vs_dk(c: Cells, out: Path) -> Path | None:
         panels.append({"title": f"at the grid's LR ({float(grid[0].get(LR)):.2g})", "xlabel": "d_k",
                        "ylabel": "final held-out loss (nats)", "curves": curves, "refs": ref_lines(c.ref(grid[0])),
                        "logx": 2})
-    from andrea_exp.report.effects import best_lr_cells
     best = [cell for cell, _ in best_lr_cells(c.lr_sweep) if not cell.get("model.qk_layernorm")]
     if best:
         curves = {SCALE_LABEL[s]: [(float(x.get("model.d_k")), stat(map(loss_or_l0, x.runs)).mean,
@@ -163,7 +152,7 @@ def per_dk_curves(c: Cells, out: Path, name: str, keys: list[tuple[str, str, boo
             for s in ("sqrt", "none"):
                 cell = pick_cell(grid, **{"model.d_k": dk, "model.scale": s})
                 if cell is not None:
-                    curves[SCALE_LABEL[s]] = mean_curve(cell, key)
+                    curves[SCALE_LABEL[s]] = curve(cell, key, every_seed=True)
             if any(curves.values()):
                 panels.append({"title": f"{ylabel}, d_k {dk}", "ylabel": ylabel, "curves": curves, "logy": logy,
                                "refs": ref_lines(c.ref(grid[0])) if refs else {}})

@@ -30,6 +30,7 @@ from andrea_exp.report.effects import (
     References,
     best_lr_cells,
     fmt,
+    groups,
     log10_ratio,
     loss_or_l0,
     paired_values,
@@ -271,12 +272,7 @@ def c5_unit_scale(c: Cells) -> Statement:
         places.append(Place(where(cell, phase="init"),
                             Effect("scaled score std", per_seed(cell, PHASES["init"](mk.ATTN_SCORE_STD)),
                                    1 / threshold("UNIT"), threshold("UNIT"))))
-    groups: dict[str, list[Cell]] = {}
-    for cell in scaled:
-        if cell.kind == TRAINING:
-            rest = {k: v for k, v in cell.axes.items() if k != "model.d_k"}
-            groups.setdefault(repr((cell.experiment, sorted((k, str(v)) for k, v in rest.items()))), []).append(cell)
-    for group in groups.values():
+    for group in groups([x for x in scaled if x.kind == TRAINING], "model.d_k"):
         group = sorted(group, key=lambda x: float(x.get("model.d_k")))
         for cell in group[1:]:
             for phase in ("early", "end"):
@@ -341,12 +337,10 @@ def c7_leak(c: Cells) -> Statement:
 def c9_flat(c: Cells) -> Statement:
     places = []
     trained = [x for x in c.training if is_causal(x)]
-    groups: dict[str, dict] = {}
-    for cell in trained:
-        rest = {k: v for k, v in cell.axes.items() if k not in ("model.d_k", "model.scale")}
-        key = repr((cell.experiment, sorted((k, str(v)) for k, v in rest.items())))
-        groups.setdefault(key, {}).setdefault(cell.get("model.scale"), []).append(cell)
-    for modes in groups.values():
+    for group in groups(trained, "model.d_k", "model.scale"):
+        modes: dict[str, list[Cell]] = {}
+        for cell in group:
+            modes.setdefault(cell.get("model.scale"), []).append(cell)
         if "sqrt" not in modes or "none" not in modes:
             continue
         for phase in ("init", "early", "end"):
