@@ -131,17 +131,13 @@ class MarkovSource:
         return torch.from_numpy(out[:, 1:])
 
 
-def text_bytes(path: str, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """A user's file as byte ids (int64), cut into its first 90% (training) and last 10% (held out)."""
+def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -> tuple[Split, Split, np.ndarray]:
+    """Byte-level windows from a user's file: the first 90% for training, the last 10% held out, and the
+    training bytes themselves (the references count them). The file is one check_data accepts (at least
+    2 * (seq_len + 2) bytes); it is read once."""
     raw = np.frombuffer(Path(path).expanduser().read_bytes(), dtype=np.uint8).astype(np.int64)
     cut = min(max(int(raw.size * 0.9), seq_len + 2), raw.size - (seq_len + 2))
-    return raw[:cut], raw[cut:]
-
-
-def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -> tuple[Split, Split]:
-    """Byte-level windows from a user's file: the first 90% for training, the last 10% held out.
-    The file is one check_data accepts (at least 2 * (seq_len + 2) bytes)."""
-    train_raw, eval_raw = text_bytes(path, seq_len)
+    train_raw, eval_raw = raw[:cut], raw[cut:]
 
     def windows(arr, n, rng):
         starts = rng.integers(0, arr.size - seq_len, size=n)
@@ -150,7 +146,7 @@ def text_splits(path: str, seq_len: int, n_train: int, n_eval: int, seed: int) -
     # the held-out windows do not depend on the run's seed, so every seed is scored on the same text
     train = windows(train_raw, n_train, np.random.default_rng(seed))
     held_out = windows(eval_raw, n_eval, np.random.default_rng(HELD_OUT_SEED))
-    return Split(train), Split(held_out)
+    return Split(train), Split(held_out), train_raw
 
 
 def decode_bytes(ids: Sequence[int] | torch.Tensor) -> str:
@@ -290,8 +286,8 @@ def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
         raise ValueError(f"data must be markov, text or tokens; got {cfg.name!r}")
     check_data(cfg, seq_len)
     if cfg.name == "text":
-        train, held_out = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)
-        refs = references_of([text_bytes(cfg.path, seq_len)[0]], held_out.tokens, 256)
+        train, held_out, train_bytes = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)
+        refs = references_of([train_bytes], held_out.tokens, 256)
         return Dataset(train, held_out, 256, math.nan, refs, decoder=decode_bytes)
     # the training order comes from Dataset.batch (seed, step); the windows themselves do not depend on the seed
     train, held_out = token_splits(cfg, seq_len)
