@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import io
 import subprocess
 import sys
 import tarfile
@@ -52,16 +53,24 @@ def download(corpus: Corpus, into: Path) -> Path:
     return archive
 
 
+def archive_texts(data: bytes, members: str) -> list[tuple[str, bytes]]:
+    """(name, content) of a .tar.gz's regular files whose names match the glob `members`, in name order.
+    Raises tarfile.TarError, EOFError or OSError for data that is no readable .tar.gz."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        found = sorted((m for m in tar.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, members)),
+                       key=lambda m: m.name)
+        return [(m.name, tar.extractfile(m).read()) for m in found]
+
+
 def join_texts(archive: Path, members: str, out: Path) -> int:
     """Concatenate the archive's members matching `members`, in name order, into `out`; return its size."""
     try:
-        with tarfile.open(archive, "r:gz") as tar:
-            names = sorted(m.name for m in tar.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, members))
-            if not names:
-                raise ConfigError(f"{archive} holds no file matching {members!r}")
-            text = b"".join(tar.extractfile(name).read() for name in names)
-    except (tarfile.TarError, OSError) as err:
+        texts = archive_texts(archive.read_bytes(), members)
+    except (tarfile.TarError, EOFError, OSError) as err:
         raise ConfigError(f"cannot read {archive}: {err}") from err
+    if not texts:
+        raise ConfigError(f"{archive} holds no file matching {members!r}")
+    text = b"".join(content for _, content in texts)
     tmp = out.with_name(out.name + ".tmp")  # written whole, then renamed: never a half file at `out`
     tmp.write_bytes(text)
     tmp.replace(out)

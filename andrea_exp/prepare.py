@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import hashlib
-import io
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from andrea_exp.corpora import archive_texts
 from andrea_exp.data_checks import BINARY_SAMPLE, TOKEN_DTYPE, TOKEN_META, binary_cause, held_out_token_windows
 from andrea_exp.errors import ConfigError, describe_os_error, unwritable
 from andrea_exp.references import SMOOTHING, NgramCounts, held_out_references
@@ -95,16 +95,13 @@ def _folder(root: Path, include: str) -> list[Source]:
 
 
 def _archive(path: Path, include: str) -> list[Source]:
-    data = _read(path, str(path))
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            members = sorted((m for m in tar.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, include)),
-                             key=lambda m: m.name)
-            if not members:
-                raise ConfigError(f"input {str(path)!r} holds no file matching {include!r} (--include)")
-            return [Source(f"{path}:{m.name}", tar.extractfile(m).read()) for m in members]
+        texts = archive_texts(_read(path, str(path)), include)
     except (tarfile.TarError, EOFError, OSError) as err:
         raise ConfigError(f"input {str(path)!r} cannot be read as a .tar.gz archive ({err})") from None
+    if not texts:
+        raise ConfigError(f"input {str(path)!r} holds no file matching {include!r} (--include)")
+    return [Source(f"{path}:{name}", content) for name, content in texts]
 
 
 def gather(inputs: Sequence[str], include: str | None) -> list[Source]:
