@@ -18,12 +18,13 @@
 #   CORPUS=corpora/shakespeare.txt SWEEPS=multirun/shakespeare RESULTS=experiments/results/shakespeare \
 #     experiments/reproduce.sh
 # REPORT=0 stops after the stages (no report, no pack).
-# `pack` writes $PACK (default $RESULTS/runs.tar.gz): every file under $SWEEPS but checkpoints/, paths
-# starting with sweeps/, as experiments/results/h200_runs.tar.gz is committed.
+# `pack` writes $PACK (default $RESULTS/runs.tar.xz; the suffix picks the compressor, xz packs run logs
+# a third smaller than gzip): every file under $SWEEPS but checkpoints/, paths starting with sweeps/, as
+# experiments/results/h200_runs.tar.xz is committed.
 set -u
 SWEEPS=${SWEEPS:-multirun/reproduce}
 RESULTS=${RESULTS:-experiments/results}
-PACK=${PACK:-$RESULTS/runs.tar.gz}
+PACK=${PACK:-$RESULTS/runs.tar.xz}
 GPU_PRESENT=$(nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 LANES=${LANES:-$([ "$GPU_PRESENT" = 1 ] && echo 2 || echo 1)}
 case $LANES in 1|2) ;; *) echo "LANES must be 1 or 2; got '$LANES'" >&2; exit 2 ;; esac
@@ -64,7 +65,7 @@ PY
 pack() {  # the raw runs without their checkpoints (the report reads metrics.jsonl, summary.json, .hydra/)
   mkdir -p "$(dirname "$PACK")"
   local out; out=$(cd "$(dirname "$PACK")" && pwd)/$(basename "$PACK")
-  tar -czf "$out" -C "$SWEEPS" --exclude=checkpoints --transform 's|^\.|sweeps|' . &&
+  tar -caf "$out" -C "$SWEEPS" --exclude=checkpoints --transform 's|^\.|sweeps|' . &&
     echo "packed $SWEEPS (no checkpoints) into $PACK"
 }
 

@@ -22,7 +22,7 @@ def test_pack_keeps_the_runs_and_leaves_out_checkpoints(tmp_path):
     for name in ("metrics.jsonl", "summary.json", ".hydra/overrides.yaml", "checkpoints/latest.pt"):
         (run / name).write_text("x")
     (tmp_path / "sweeps" / "wall_times.jsonl").write_text("{}\n")
-    pack = tmp_path / "out" / "runs.tar.gz"
+    pack = tmp_path / "out" / "runs.tar.xz"  # the suffix picks xz
     done = reproduce("pack", SWEEPS=str(tmp_path / "sweeps"), PACK=str(pack))
     assert done.returncode == 0, done.stderr
     with tarfile.open(pack) as tar:
