@@ -45,7 +45,7 @@ calibrate() {  # what the preset's settings rest on: step times (d_k 4096 includ
   sweep calibrate_steps experiment=claims_120m model.d_k=64,256,4096 model.causal=true,false model.scale=true \
     seed=0 train.max_steps=40 train.warmup_steps=10 train.eval_every=20 probe.dense_until=0 probe.every=20
   sweep calibrate_lr experiment=claims_120m model.d_k=64 model.scale=true model.causal=true seed=0 \
-    train.lr=3e-4,6e-4,1.2e-3,2.4e-3
+    train.lr=3e-4,6e-4,1.2e-3,2.4e-3 train.max_steps=300 train.warmup_steps=30 train.eval_every=50
 }
 
 case " $* " in "  ") set -- $STAGES ;; esac
