@@ -156,6 +156,20 @@ def test_experiment_presets_compose(name, cells):
                                 "model.causal": "true,false", "seed": "0,1,2"}
 
 
+def test_the_chapter_scale_preset_is_andrea_120m_at_t_1024_on_prepared_tokens():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=claims_120m"], return_hydra_config=True)
+    assert cfg.name == "claims_120m" and cfg.model.name == "andrea_120m"
+    assert (cfg.model.d_model, cfg.model.n_layer, cfg.model.n_head) == (768, 12, 12)
+    assert cfg.data.name == "tokens" and cfg.data.seq_len == 1024 <= cfg.model.block_size
+    assert cfg.data.vocab_size is None  # meta.json's
+    assert cfg.train.generation_sequences == 8 and cfg.train.attn_stats == "every"
+    # seed first: it varies slowest, so every cell's seed 0 runs before any seed 1
+    assert list(cfg.hydra.sweeper.params) == ["seed", "model.d_k", "model.scale", "model.causal"]
+    assert dict(cfg.hydra.sweeper.params) == {"seed": "0,1", "model.d_k": "64,256", "model.scale": "true,false",
+                                              "model.causal": "true,false"}
+
+
 @pytest.mark.slow
 def test_scaling_at_init_runs_only_the_final_probe_and_eval(tmp_path):
     proc, sweep_dir = multirun(tmp_path, "experiment=scaling_at_init", "model=andrea_tiny", "data.seq_len=32",
