@@ -17,7 +17,9 @@ from pathlib import Path
 from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.effects import Place
+from andrea_exp.report.growth import curve
 from andrea_exp.report.runs import Run, load_runs
+from andrea_exp.report.screen_figures import SCALE_LABEL, curve_panels, dks, pick_cell, ref_lines
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import (
@@ -31,6 +33,7 @@ from andrea_exp.report.verdicts import (
     c5_unit_scale,
     c7_leak,
     c9_flat,
+    is_causal,
 )
 
 OUT_FILE = "chapter_scale.md"
@@ -41,9 +44,41 @@ CONDITIONS = ("model.name", "model.n_layer", "model.d_model", "model.n_head", "m
 IGNORED_AXES = ("init", "lr")  # differ by design between the presets: not part of a place's identity
 
 
+def cells_of(runs: list[Run]) -> Cells:
+    return Cells.of([cell for e in group_experiments(runs) for cell in e.cells])
+
+
 def statements(runs: list[Run]) -> list[Statement]:
-    cells = Cells.of([cell for e in group_experiments(runs) for cell in e.cells])
+    cells = cells_of(runs)
     return [s[0] if isinstance(s, tuple) else s for s in (fn(cells) for fn in STATEMENTS)]
+
+
+def logit_key(cells: list) -> str:
+    """The training batch's largest logit at every step (train.attn_stats) where every run logged it, else the
+    probe's."""
+    runs = [run for cell in cells for run in cell.runs]
+    every = runs and all(run.series(mk.ATTN_STEP_SCORE_MAX)[0] for run in runs)
+    return mk.ATTN_STEP_SCORE_MAX if every else mk.ATTN_SCORE_MAX
+
+
+def figure(models: dict[str, Cells], out: Path) -> Path | None:
+    """Per model and d_k, the causal cells with and without the divisor: the largest attention logit (log
+    scale) and the training loss against the data's references."""
+    panels = []
+    for key_of, logy, refs in ((logit_key, True, False), (lambda cells: mk.TRAIN_LOSS, False, True)):
+        for model, c in models.items():
+            causal = [x for x in c.training if is_causal(x)]
+            key = key_of(causal)
+            for dk in dks(causal):
+                curves = {}
+                for mode in ("sqrt", "none"):
+                    cell = pick_cell(causal, **{"model.d_k": dk, "model.scale": mode})
+                    if cell is not None:
+                        curves[SCALE_LABEL[mode]] = curve(cell, key, every_seed=True)
+                if any(curves.values()):
+                    panels.append({"title": f"{model}, d_k {dk}", "ylabel": key, "xlabel": "step", "curves": curves,
+                                   "logy": logy, "refs": ref_lines(c.ref(causal[0])) if refs else {}})
+    return curve_panels(out / "figures" / "chapter_scale.png", panels, n_cols=5) if panels else None
 
 
 def place_key(place: Place) -> tuple:
@@ -163,7 +198,7 @@ COST_HEADER = ["d_k", "scale", "causal", "runs", "tokens/s", "ms/step", "evals s
 
 
 def render(large: list[Run], small: list[Run], steps: list[Run] = (), lrs: list[Run] = (),
-           machine: str | None = None) -> str:
+           machine: str | None = None, figure_path: Path | None = None) -> str:
     """chapter_scale.md's text: ANDREA-120M's runs (large) beside the small model's, and the calibration runs."""
     big, little = statements(large), statements(small)
     finished = sum(r.status == "finished" for r in large)
@@ -187,6 +222,13 @@ def render(large: list[Run], small: list[Run], steps: list[Run] = (), lrs: list[
         "",
         md_table(["statement", "place", "effect", "ANDREA-120M", "small"], comparison_rows(big, little)),
         "",
+    ]
+    if figure_path is not None:
+        lines += [f"![largest logit and training loss vs step, causal cells]({figure_path.as_posix()})", "",
+                  f"Largest attention logit ({logit_key(cells_of(large).training)} for ANDREA-120M, "
+                  f"{logit_key(cells_of(small).training)} for the small model; log scale) and training loss "
+                  "against the unigram and bigram levels, causal cells, mean and one std over seeds.", ""]
+    lines += [
         "## Cost on one GPU",
         "",
         f"ANDREA-120M runs one after another: {total_wall(large):.0f} s of runs in all (set-up, loop and the "
@@ -213,8 +255,10 @@ def write(sweeps: Path, out: Path, machine: str | None = None) -> Path:
     optional = [load_runs([sweeps / name]) if (sweeps / name).is_dir() else []
                 for name in ("calibrate_steps", "calibrate_lr")]
     out.mkdir(parents=True, exist_ok=True)
+    drawn = figure({"ANDREA-120M": cells_of(large), "small": cells_of(small)}, out)
     path = out / OUT_FILE
-    path.write_text(render(large, small, *optional, machine=machine))
+    path.write_text(render(large, small, *optional, machine=machine,
+                           figure_path=drawn.relative_to(out) if drawn else None))
     return path
 
 
