@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.evaluate import evaluate
-from andrea_exp.probe import Probe
+from andrea_exp.instruments.evaluate import evaluate
+from andrea_exp.instruments.probe import Probe
 from benchmarks.claims_grid_speed import cell_overrides
 from benchmarks.common import compose_cfg, git_commit, timed, warmed_cell
 

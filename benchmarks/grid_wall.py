@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from andrea_exp.metric_keys import RUN_TIME
+from andrea_exp.runs.metric_keys import RUN_TIME
 from benchmarks.common import git_commit
 
 REPO = Path(__file__).resolve().parent.parent

@@ -137,7 +137,7 @@ def stacked_step(cells: StackedCells, optimizer, idx, targets, grad_clip: float,
 
 
 def grid_models(d_k: int, smoke: bool, device, count: int):
-    from andrea_exp.model import Andrea, ModelConfig
+    from andrea_exp.model.decoder import Andrea, ModelConfig
 
     shape = dict(d_model=32, n_layer=1, n_head=2, d_v=8, block_size=16, vocab_size=16) if smoke else \
         dict(d_model=256, n_layer=4, n_head=4, d_v=64, block_size=256, vocab_size=32)

@@ -2,10 +2,10 @@
 
 Starts `--workers` Python processes at the same moment (as a local sweep's launcher does) and has each
 time-stamp the steps a claims-grid cell takes before its first training step: the interpreter, `import
-torch`, the training loop (`andrea_exp.train`, which brings torch._dynamo), the probe (matplotlib), the
+torch`, the training loop (`andrea_exp.training.loop`, which brings torch._dynamo), the probe (matplotlib), the
 CUDA context, the cell's data and model on the device. Prints, per step, the median and slowest time
 since the common start, and the median duration. Under MPS, start a daemon first and export its variables
-(`eval "$(python3 -m andrea_exp.mps start --cells-per-gpu 16)"`).
+(`eval "$(python3 -m andrea_exp.launch.mps start --cells-per-gpu 16)"`).
 
     PYTHONPATH=. python3 benchmarks/worker_startup.py --workers 12 --out /tmp/startup.json
     PYTHONPATH=. python3 benchmarks/worker_startup.py --workers 2 --smoke --out /tmp/startup.json   # CPU
@@ -32,14 +32,14 @@ def child(started: float, smoke: bool) -> None:
     marks = {"interpreter": time.time() - started}
     import torch
     marks["torch"] = time.time() - started
-    import andrea_exp.train as train_loop
+    import andrea_exp.training.loop as train_loop
     marks["train_loop"] = time.time() - started
-    import andrea_exp.probe  # noqa: F401 (matplotlib, as a cell's first map needs it)
+    import andrea_exp.instruments.probe  # noqa: F401 (matplotlib, as a cell's first map needs it)
     marks["probe"] = time.time() - started
     device = torch.device("cuda" if torch.cuda.is_available() and not smoke else "cpu")
     torch.empty(1, device=device)
     marks["cuda_context"] = time.time() - started
-    from andrea_exp.data import build_dataset
+    from andrea_exp.data.sources import build_dataset
     from benchmarks.common import compose_cfg
     overrides = ["experiment=claims_grid", "seed=0"] + (["model=andrea_tiny", "data.seq_len=32"] if smoke else [])
     cfg = compose_cfg(overrides)

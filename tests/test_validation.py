@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from andrea_exp.cli import CONF_DIR
-from andrea_exp.config import command_line_error
+from andrea_exp.config.validation import command_line_error
+from andrea_exp.launch.cli import CONF_DIR
 
 # (overrides, the setting the message must name, a fragment saying what is allowed)
 BAD = [
