@@ -281,7 +281,7 @@ def kernel_alone(args, result: Result, say) -> None:
                for _ in range(3))  # (B, H, T, d) views, as the model's
     stats_s = timed(lambda: attn_stats.head_stats(q, k, scale=d ** -0.5, causal=True), 20, torch.cuda.synchronize)
     sdpa_s = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 20, torch.cuda.synchronize)
-    from andrea_exp.instruments.attn_stats_kernel import _row_block_stats_tuned
+    from andrea_exp.model.step_stats_kernel import _row_block_stats_tuned
 
     # the same kernel on two sequences of that shape against the explicit pipeline in float64
     got = attn_stats.head_stats(q[:2], k[:2], scale=d ** -0.5, causal=True)

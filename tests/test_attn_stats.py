@@ -522,7 +522,7 @@ def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
 def test_the_flag_turns_the_kernels_off():
     device = kernel_device()
     q, k = random_qk(64, 16, device=device)
-    from andrea_exp.instruments.attn_stats_kernel import head_stats_triton
+    from andrea_exp.model.step_stats_kernel import head_stats_triton
 
     for T in (64, 1):  # T 1 also fills nan into entropy_norm and max_prob_max, on the device
         flag = torch.zeros(1, dtype=torch.int32, device=device)
@@ -540,7 +540,7 @@ def test_the_flag_turns_the_kernels_off():
 def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dtype):
     """The kernel's row max is kept on the raw q.k and z = (r - m) c, so the max key contributes exactly 1 (with
     s = r c and z = s - m, the compiler's fused multiply-add made the max key's z the rounding error of r c and
-    rows of logits in the thousands reported max_prob 1.00008; see attn_stats_kernel's docstring)."""
+    rows of logits in the thousands reported max_prob 1.00008; see step_stats_kernel's docstring)."""
     device = kernel_device()
     if device == "cpu" and dtype == torch.bfloat16:
         pytest.skip("Triton's interpreter has no bf16 arithmetic")

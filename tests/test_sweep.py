@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 from test_tracking import read_run
 
 from andrea_exp.launch.cli import CONF_DIR
-from andrea_exp.launch.sweep import format_table
 from andrea_exp.runs.naming import run_name, run_tags, swept_keys
+from andrea_exp.runs.table import format_table
 
 TINY = ["train.max_steps=20", "data.seq_len=32", "probe.every=10", "train.eval_every=10", "probe.maps_every=0",
         "train.log_every=5", "data.train_sequences=512", "data.eval_sequences=32", "train.batch_size=8",
@@ -192,13 +192,13 @@ def andrea_imports(module: str) -> set[str]:
 
 
 MODULES = {"metric_keys": "runs/metric_keys", "rundir": "runs/rundir", "naming": "runs/naming",
-           "tracking": "runs/tracking", "sweep": "launch/sweep", "runs": "runs/frame"}
+           "tracking": "runs/tracking", "table": "runs/table", "runs": "runs/frame", "sweep": "launch/sweep"}
 
 
-def test_imports_run_one_way_rundir_naming_tracking_sweep_runs():
-    order = ["metric_keys", "rundir", "naming", "tracking", "sweep", "runs"]  # each may import only those before it
+def test_imports_run_one_way_rundir_naming_tracking_table_runs_sweep():
+    order = ["metric_keys", "rundir", "naming", "tracking", "table", "runs", "sweep"]  # each imports only earlier ones
     for i, module in enumerate(order[1:], start=1):
         later = andrea_imports(module) & set(order[i:])
         assert not later, f"andrea_exp.{module} imports {sorted(later)}, which come after it"
     assert andrea_imports("tracking") == {"metric_keys", "naming", "rundir"}
-    assert "tracking" in andrea_imports("sweep") and "sweep" in andrea_imports("runs")
+    assert {"tracking", "table"} <= andrea_imports("sweep") and "table" in andrea_imports("runs")

@@ -14,8 +14,7 @@ import math
 import torch
 
 from andrea_exp.model.attention import future_mask
-
-SATURATION = 0.99  # a row whose largest probability exceeds this is "saturated" (one key takes it all)
+from andrea_exp.runs.metric_keys import SATURATION  # noqa: F401  (metrics.SATURATION, the probe's threshold)
 
 
 def visible_keys(t_q: int, t_k: int, causal: bool, device=None) -> torch.Tensor:

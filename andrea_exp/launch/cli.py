@@ -24,7 +24,7 @@ from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
 from andrea_exp.launch import devices, orphans, sweep
-from andrea_exp.runs import run_guard, tracking
+from andrea_exp.runs import run_guard, table, tracking
 from andrea_exp.runs.metric_keys import LOOP_PHASES, RUN_TIME
 from andrea_exp.runs.rundir import read_summary, write_summary
 from andrea_exp.training import sweep_stop
@@ -105,7 +105,7 @@ def run_job(cfg: DictConfig) -> dict:
             if in_sweep:
                 sweep_dir = Path(hydra_cfg.sweep.dir)
                 print(f"[andrea-exp] sweep {sweep_dir} interrupted at cell {hydra_cfg.job.num}")
-                print(sweep.format_table(sweep.read_cells(sweep_dir)), flush=True)
+                print(table.format_table(table.read_cells(sweep_dir)), flush=True)
         sys.exit(stop.exit_code)
     except Exception as err:
         tracking.finish_open_runs(failed=True)  # never let this job's W&B run leak into the next job

@@ -20,7 +20,6 @@ from andrea_exp.config.choices import (
     QK_INITS,
     normalize_mask_fill,
 )
-from andrea_exp.instruments.attn_stats import record as record_step_stats
 from andrea_exp.model.attention import (
     check_sdpa_backend,
     explicit_attention,
@@ -30,6 +29,7 @@ from andrea_exp.model.attention import (
 )
 from andrea_exp.model.chunked_loss import linear_cross_entropy
 from andrea_exp.model.head_gemms import head_projection
+from andrea_exp.model.step_stats import record as record_step_stats
 
 
 @dataclass

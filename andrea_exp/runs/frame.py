@@ -15,8 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.launch import sweep
-from andrea_exp.runs import rundir
+from andrea_exp.runs import rundir, table
 from andrea_exp.runs.metric_keys import RUN_STATUS
 
 CONFIG_PREFIX = "config."
@@ -75,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sweep_dir.is_dir():
         print(f"error: SWEEP_DIR {args.sweep_dir} is not a directory", file=sys.stderr)
         return 2
-    cells = sweep.read_cells(args.sweep_dir)
+    cells = table.read_cells(args.sweep_dir)
     if not cells:
         print(f"error: {args.sweep_dir} holds no job directories (none with {rundir.HYDRA_DIR}/)", file=sys.stderr)
         return 2
-    print(sweep.sweep_report(args.sweep_dir, cells))
+    print(table.sweep_report(args.sweep_dir, cells))
     if args.csv is not None:
         try:
             frame = load(*(cell["dir"] for cell in cells))

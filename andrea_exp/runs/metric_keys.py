@@ -21,6 +21,10 @@ def _m(key: str, meaning: str, per_layer: bool = False) -> Metric:
     return Metric(key, meaning, per_layer)
 
 
+# a row whose largest probability exceeds this is "saturated" (one key takes it all): the */saturated_frac keys
+SATURATION = 0.99
+
+
 # ---------------------------------------------------------------- training (every step)
 TRAIN_STEP = "train/step"
 TRAIN_LOSS = "train/loss"

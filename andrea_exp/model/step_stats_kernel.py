@@ -1,6 +1,6 @@
 """The Triton kernels behind attn_stats on CUDA: a stats-only fused attention pass.
 
-Imported only on CUDA (attn_stats imports it lazily), so CPU machines without Triton never load it.
+Imported only on CUDA (step_stats imports it lazily), so CPU machines without Triton never load it.
 
 Kernel 1 (`_row_block_stats`): one program per (batch, head, block of BLOCK_M query rows), flash-attention
 style without the values: for each block of BLOCK_N keys, the raw dot products r = q k^T (tl.dot, float32
@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from andrea_exp.instruments.attn_stats import N_STATS, kept_rows
+from andrea_exp.model.step_stats import N_STATS, kept_rows
 
 LOG2E = 1.4426950408889634
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
