@@ -72,7 +72,7 @@ pack() {  # the raw runs without their checkpoints (the report reads metrics.jso
 run_stage() {
   case $1 in
     scaling_at_init) stage scaling_at_init scaling_at_init ;;
-    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # the 12-cell grid (benchmarks/grid_wall.py times it alone)
+    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # the 12-cell grid (benchmarks/investigations/grid_wall.py times it alone)
                  stage claims_grid_seed12 claims_grid seed=1,2 ;;
     qk_init) stage qk_init qk_init ;;
     leak_gap) stage leak_gap leak_gap ;;

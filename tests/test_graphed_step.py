@@ -220,7 +220,7 @@ def test_claims_grid_speed_smoke_writes_the_result(tmp_path: Path):
 
 
 def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
-    from benchmarks.cell_breakdown import main
+    from benchmarks.investigations.cell_breakdown import main
 
     out = tmp_path / "breakdown.json"
     data = main(["--smoke", "--out", str(out), "--set", "model.attn_impl=explicit"])
@@ -231,7 +231,7 @@ def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
 
 
 def test_concurrent_cells_smoke_times_every_mode(tmp_path: Path):
-    from benchmarks.concurrent_cells import main
+    from benchmarks.investigations.concurrent_cells import main
 
     out = tmp_path / "cc.json"
     data = main(["--smoke", "--timeout", "600", "--out", str(out)])

@@ -180,9 +180,9 @@ def test_idle_launcher_workers_are_ended():
 
 @pytest.mark.slow
 def test_grid_wall_times_a_real_local_sweep_per_setting(tmp_path: Path):
-    """benchmarks/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, plain and with a
-    variant's overrides (no probes); the time-stamped phases are in order and every cell finished."""
-    from benchmarks.grid_wall import main
+    """benchmarks/investigations/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, plain and
+    with a variant's overrides (no probes); the time-stamped phases are in order and every cell finished."""
+    from benchmarks.investigations.grid_wall import main
 
     out = tmp_path / "grid_wall.json"
     data = main(["--smoke", "--mps", "false", "--variant", "no_probes probe.every=0",

@@ -14,8 +14,8 @@ on the CPU, float64), and trains with one AdamW over the stacked tensors and a p
 clip, as each cell's own step would. It covers what the grid's cells use: pre-LN blocks, tied embeddings,
 fused q/k/v, SDPA for d_k <= 256, the bilinear form x (W_q,h^T W_k,h) x^T above it, a plain cross-entropy.
 
-    PYTHONPATH=. python3 benchmarks/stacked_cells.py --out /tmp/stacked.json        # H200: under a minute
-    PYTHONPATH=. python3 benchmarks/stacked_cells.py --smoke --out /tmp/stacked.json   # CPU: the check only
+    PYTHONPATH=. python3 benchmarks/investigations/stacked_cells.py --out /tmp/stacked.json      # H200: under a minute
+    PYTHONPATH=. python3 benchmarks/investigations/stacked_cells.py --smoke --out /tmp/stacked.json  # CPU: the check
 """
 
 from __future__ import annotations

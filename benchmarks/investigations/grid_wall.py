@@ -8,10 +8,10 @@ model is built (worker processes, their imports, CUDA), until the last cell's tr
 the command returned. Per cell it reads run/wall_s (the training loop with its probes and evaluations) and
 run/time/* from summary.json.
 
-    PYTHONPATH=. python3 benchmarks/grid_wall.py --out /tmp/grid_wall.json               # H200: about 3 minutes
-    PYTHONPATH=. python3 benchmarks/grid_wall.py --smoke --out /tmp/grid_wall.json       # CPU, tiny cells
-    PYTHONPATH=. python3 benchmarks/grid_wall.py --mps auto --repeats 2 --variant "no_probes probe.every=0" \
-        --out /tmp/grid_wall.json                                    # A/B/A/B: plain, without probes
+    PYTHONPATH=. python3 benchmarks/investigations/grid_wall.py --out /tmp/grid_wall.json          # H200: about 3 min
+    PYTHONPATH=. python3 benchmarks/investigations/grid_wall.py --smoke --out /tmp/grid_wall.json  # CPU, tiny cells
+    PYTHONPATH=. python3 benchmarks/investigations/grid_wall.py --mps auto --repeats 2 \
+        --variant "no_probes probe.every=0" --out /tmp/grid_wall.json          # A/B/A/B: plain, without probes
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from andrea_exp.runs.metric_keys import RUN_TIME
 from benchmarks.common import git_commit
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -112,7 +112,7 @@ def one_run(sweep_dir: Path, mps: str, args, variant: tuple[str, list[str]] = ("
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    result = {"commit": git_commit(), "command": "PYTHONPATH=. python3 benchmarks/grid_wall.py " +
+    result = {"commit": git_commit(), "command": "PYTHONPATH=. python3 benchmarks/investigations/grid_wall.py " +
               " ".join(sys.argv[1:] if argv is None else argv), "smoke": args.smoke, "runs": []}
     settings = [(mps, variant) for mps in args.mps for variant in variants(args)]  # one round, in order
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,8 +9,8 @@ process and times `--steps` steps of every cell three ways:
 - streams: step i of every cell issued in turn, each cell on its own stream;
 - alone: each cell by itself (the sum of these is the serial figure, measured cell by cell).
 
-    PYTHONPATH=. python3 benchmarks/concurrent_cells.py --d-k 64 64 64 64 --out /tmp/cc.json
-    PYTHONPATH=. python3 benchmarks/concurrent_cells.py --smoke --out /tmp/cc.json   # CPU: shapes only
+    PYTHONPATH=. python3 benchmarks/investigations/concurrent_cells.py --d-k 64 64 64 64 --out /tmp/cc.json
+    PYTHONPATH=. python3 benchmarks/investigations/concurrent_cells.py --smoke --out /tmp/cc.json   # CPU: shapes only
 """
 
 from __future__ import annotations

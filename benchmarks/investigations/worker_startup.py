@@ -7,8 +7,8 @@ CUDA context, the cell's data and model on the device. Prints, per step, the med
 since the common start, and the median duration. Under MPS, start a daemon first and export its variables
 (`eval "$(python3 -m andrea_exp.launch.mps start --cells-per-gpu 16)"`).
 
-    PYTHONPATH=. python3 benchmarks/worker_startup.py --workers 12 --out /tmp/startup.json
-    PYTHONPATH=. python3 benchmarks/worker_startup.py --workers 2 --smoke --out /tmp/startup.json   # CPU
+    PYTHONPATH=. python3 benchmarks/investigations/worker_startup.py --workers 12 --out /tmp/startup.json
+    PYTHONPATH=. python3 benchmarks/investigations/worker_startup.py --workers 2 --smoke --out /tmp/startup.json   # CPU
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.common import git_commit, write_result
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 STEPS = ("interpreter", "torch", "train_loop", "probe", "cuda_context", "data", "model")
 
 
@@ -74,12 +74,14 @@ def main(argv=None) -> dict:
         child(args.child, args.smoke)
         return {}
     started = time.time()
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.worker_startup", "--child", repr(started),
-                               *(["--smoke"] if args.smoke else [])], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.investigations.worker_startup", "--child",
+                               repr(started), *(["--smoke"] if args.smoke else [])],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
              for _ in range(args.workers)]
     workers = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     result = {"commit": git_commit(), "workers": args.workers, "smoke": args.smoke,
-              "command": "PYTHONPATH=. python3 benchmarks/worker_startup.py " + " ".join(argv or sys.argv[1:]),
+              "command": "PYTHONPATH=. python3 benchmarks/investigations/worker_startup.py "
+                         + " ".join(argv or sys.argv[1:]),
               "steps": summarise(workers), "per_worker": workers}
     print(json.dumps(result["steps"], indent=1), flush=True)
     write_result(args.out, result)

@@ -5,8 +5,8 @@ the step as train() builds it (CUDA-graphed where it can be), one evaluate() cal
 without the mask that is one forward per prefix), and one Probe.measure(). With --profile, the CUDA
 kernels of a few eager steps of the largest d_k, sorted by time. Prints a line per cell and writes JSON.
 
-    PYTHONPATH=. python3 benchmarks/cell_breakdown.py --out /tmp/breakdown.json [--profile]
-    PYTHONPATH=. python3 benchmarks/cell_breakdown.py --smoke --out /tmp/x.json   # CPU, tiny
+    PYTHONPATH=. python3 benchmarks/investigations/cell_breakdown.py --out /tmp/breakdown.json [--profile]
+    PYTHONPATH=. python3 benchmarks/investigations/cell_breakdown.py --smoke --out /tmp/x.json   # CPU, tiny
 """
 
 from __future__ import annotations
