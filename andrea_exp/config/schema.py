@@ -221,8 +221,8 @@ class ProbeSchema:
     maps_every: int = setting(Integer(0), operational=True)
     maps_heads: int = setting(Integer(1), operational=True)
     per_head: bool = setting(Choice(BOOLS), operational=True)
-    dead_jac: float = setting(Finite(low=0), operational=True)
-    dead_grad: float = setting(Finite(low=0), operational=True)
+    dead_jac: float = setting(Finite(low=0, low_inclusive=False), operational=True)
+    dead_grad: float = setting(Finite(low=0, low_inclusive=False), operational=True)
     dense_until: int = setting(Integer(0), operational=True)
     dense_every: int = setting(Integer(0), operational=True)
 
