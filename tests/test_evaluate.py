@@ -129,6 +129,17 @@ def test_evaluate_reports_gap_and_floor_and_restores_mode():
     assert no_floor["eval/gap"] == 0.0
 
 
+def test_generation_on_fewer_windows_pairs_the_gap_with_the_same_windows():
+    model, tokens = small_model(causal=False), held_out(n=6)
+    got = evaluate(model, tokens, floor=math.nan, generation_sequences=2)
+    assert got["eval/loss_generation"] == pytest.approx(loss_generation(model, tokens[:2]), abs=1e-6)
+    assert got["eval/loss_generation"] != pytest.approx(loss_generation(model, tokens), abs=1e-4)
+    first_two = loss_as_trained(model, tokens[:2])
+    assert got["eval/gap"] == pytest.approx(got["eval/loss_generation"] - first_two, abs=1e-6)
+    assert got["eval/loss_as_trained"] == pytest.approx(loss_as_trained(model, tokens), abs=1e-6)  # all windows
+    assert evaluate(model, tokens, floor=math.nan, generation_sequences=50) == evaluate(model, tokens, math.nan)
+
+
 def test_generate_samples_one_full_forward_per_token():
     model = small_model(causal=False)
     prompt = held_out(n=1)[:, :4]

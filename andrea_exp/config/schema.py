@@ -207,6 +207,8 @@ class TrainSchema:
     diverge_factor: float = setting(Finite(low=1, low_inclusive=False))
     diverge_patience: int = setting(Integer(1))
     sample_tokens: int = setting(Integer(0), operational=True)
+    # an unmasked model's generation loss on the first n held-out windows (null: all): T/2 forwards a window
+    generation_sequences: int | None = setting(Integer(1), operational=True, optional=True)
     progress: Any = setting(Choice(PROGRESS), operational=True)
     progress_every: int = setting(Integer(0), operational=True)
 

@@ -122,7 +122,8 @@ METRICS: tuple[Metric, ...] = (
                                  "0.99, mean over heads and layers", True),
     _m(EVAL_LOSS_AS_TRAINED, "teacher-forced held-out loss with the model's own mask setting"),
     _m(EVAL_LOSS_GENERATION, "held-out loss when position i sees only tokens 0..i, as in generation"),
-    _m(EVAL_GAP, "loss_generation - loss_as_trained: what leaking future tokens costs at inference"),
+    _m(EVAL_GAP, "loss_generation - loss_as_trained (of the same windows, train.generation_sequences): "
+                 "what leaking future tokens costs at inference"),
     _m(EVAL_FLOOR, "exact entropy of the held-out tokens under the true source (built-in data only)"),
     _m(EVAL_FLOOR_SE, "sampling standard error of the floor over the held-out sequences (its noise as an estimate)"),
     _m(EVAL_BELOW_FLOOR, "floor - loss_as_trained: positive only when the model reads the future"),

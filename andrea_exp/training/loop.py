@@ -139,13 +139,15 @@ class Settings:
     seed: int
     tokens_per_step: int
     probe: dict  # every, dense_until, dense_every: what probe_due reads
+    generation_sequences: int | None = None  # held-out windows an unmasked model's generation loss scores
 
     @classmethod
     def of(cls, cfg) -> Settings:
         tc, pc = cfg.train, cfg.probe
         return cls(tc.max_steps, tc.log_every, tc.grad_clip, tc.eval_every, tc.ckpt_every,
                    tc.get("keep_checkpoints", 0), pc.maps_every, cfg.seed, tc.batch_size * cfg.data.seq_len,
-                   {k: pc.get(k, 0) for k in ("every", "dense_until", "dense_every")})
+                   {k: pc.get(k, 0) for k in ("every", "dense_until", "dense_every")},
+                   tc.get("generation_sequences"))
 
 
 # ---------------------------------------------------------------- what survives a resume
@@ -279,10 +281,11 @@ def save_checkpoint(ckpt_dir: Path, st: LoopState, s: Settings, settings: dict, 
         checkpoint.keep_copies(ckpt_dir, st.step, s.keep_checkpoints, is_best=st.best_step == st.step)
 
 
-def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime) -> None:
+def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime, s: Settings) -> None:
     """Held-out evaluation at st.step (rank 0 only), logged; the best value follows the held-out loss."""
     with rt.autocast():
-        metrics = evaluate(model, data.eval.tokens, data.floor, data.floor_standard_error)
+        metrics = evaluate(model, data.eval.tokens, data.floor, data.floor_standard_error,
+                           generation_sequences=s.generation_sequences)
     if metrics[K.EVAL_LOSS_AS_TRAINED] < st.best_eval:
         st.best_eval, st.best_step = metrics[K.EVAL_LOSS_AS_TRAINED], st.step
     log(tracker, st, metrics, st.step)
@@ -390,7 +393,7 @@ def train(cfg, run_dir: Path) -> dict:
                         flush_window(window, tracker, st, progress, stats)
                     if eval_due and rt.is_main:
                         with window.aside(), clock.phase("evals"):
-                            evaluate_into(tracker, st, model, data, rt)
+                            evaluate_into(tracker, st, model, data, rt, s)
                     if (ckpt_due or stopping) and rt.is_main:
                         with window.aside(), clock.phase("checkpoints"):
                             save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
@@ -411,7 +414,7 @@ def train(cfg, run_dir: Path) -> dict:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
                 if probe is not None:
                     log(tracker, st, probe.measure(st.step), st.step)
-                evaluate_into(tracker, st, model, data, rt)
+                evaluate_into(tracker, st, model, data, rt, s)
                 save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
                 summary.update(sample_record(cfg, model, data, rt))
         summary.update(clock.summary())
