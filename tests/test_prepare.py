@@ -1,4 +1,4 @@
-"""python -m andrea_exp.data.prepare: text files, folders and .tar.gz archives as data=tokens' train.bin / val.bin
+"""python -m andrea_exp.prepare: text files, folders and .tar.gz archives as data=tokens' train.bin / val.bin
 with meta.json; bytes, BPE and GPT-2 tokenizers; one line for each bad input, nothing written; a rerun is a
 no-op; and a prepared directory trains with data=tokens without data.vocab_size."""
 

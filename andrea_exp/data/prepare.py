@@ -1,6 +1,6 @@
 """A text corpus as the token files data=tokens reads, with one command.
 
-    python -m andrea_exp.data.prepare corpora/shakespeare.txt --out corpora/shakespeare-bpe --tokenizer bpe
+    python -m andrea_exp.prepare corpora/shakespeare.txt --out corpora/shakespeare-bpe --tokenizer bpe
     andrea-exp data=tokens data.path=corpora/shakespeare-bpe      # data.vocab_size comes from meta.json
 
 Inputs: text files, folders of them (searched recursively for --include, *.txt by default) and .tar.gz
@@ -461,7 +461,7 @@ def prepare(inputs: Sequence[str], out: Path, tokenizer: str = "bytes", vocab_si
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m andrea_exp.data.prepare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m andrea_exp.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", help="text files, folders of them, .tar.gz archives")
     parser.add_argument("--out", type=Path, required=True, help="directory for train.bin, val.bin, meta.json")
     parser.add_argument("--tokenizer", default="bytes", help=f"one of {', '.join(TOKENIZERS)} (default bytes)")
