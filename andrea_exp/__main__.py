@@ -1,4 +1,4 @@
-from andrea_exp.cli import main
+from andrea_exp.launch.cli import main
 
 if __name__ == "__main__":
     main()

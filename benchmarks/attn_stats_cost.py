@@ -39,12 +39,12 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp import attn_stats
-from andrea_exp import metric_keys as K
-from andrea_exp.data import build_dataset
-from andrea_exp.graphed_step import GraphedStep
-from andrea_exp.runtime import setup_runtime
-from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+from andrea_exp.data.sources import build_dataset
+from andrea_exp.instruments import attn_stats
+from andrea_exp.runs import metric_keys as K
+from andrea_exp.training.graphed_step import GraphedStep
+from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
+from andrea_exp.training.runtime import setup_runtime
 from benchmarks.claims_grid_speed import cell_overrides
 from benchmarks.common import compose_cfg, git_commit, timed
 from benchmarks.throughput import Result, andrea_overrides, sync, timed_window
@@ -281,7 +281,7 @@ def kernel_alone(args, result: Result, say) -> None:
                for _ in range(3))  # (B, H, T, d) views, as the model's
     stats_s = timed(lambda: attn_stats.head_stats(q, k, scale=d ** -0.5, causal=True), 20, torch.cuda.synchronize)
     sdpa_s = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 20, torch.cuda.synchronize)
-    from andrea_exp.attn_stats_kernel import _row_block_stats_tuned
+    from andrea_exp.model.step_stats_kernel import _row_block_stats_tuned
 
     # the same kernel on two sequences of that shape against the explicit pipeline in float64
     got = attn_stats.head_stats(q[:2], k[:2], scale=d ** -0.5, causal=True)

@@ -1,7 +1,7 @@
 """Per-step time of one claims-grid cell (andrea_small, seq_len 128, batch 32), eager against a CUDA graph.
 
-For d_k 64 and d_k 4096 (scaled, causal), in one process: the eager step of andrea_exp.train and the
-replayed graph of andrea_exp.graphed_step, each on a fresh model from the same seed and the same batches,
+For d_k 64 and d_k 4096 (scaled, causal), in one process: the eager step of andrea_exp.training.loop and the
+replayed graph of andrea_exp.training.graphed_step, each on a fresh model from the same seed and the same batches,
 beside the arithmetic bound of the step:
 
     FLOPs/step = 6 * params * tokens + 6 * n_layer * batch * n_head * T^2 * (d_k + d_v)
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.graphed_step import GraphedStep
-from andrea_exp.train import local_batch_size
+from andrea_exp.training.graphed_step import GraphedStep
+from andrea_exp.training.loop import local_batch_size
 from benchmarks.common import build_cell, compose_cfg, git_commit
 
 D_KS = (64, 4096)

@@ -22,9 +22,9 @@ def build_cell(cfg):
     (a CUDA graph where train.cuda_graph allows one): what the per-step benchmarks time."""
     import torch
 
-    from andrea_exp.data import build_dataset
-    from andrea_exp.runtime import setup_runtime
-    from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+    from andrea_exp.data.sources import build_dataset
+    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
+    from andrea_exp.training.runtime import setup_runtime
 
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
@@ -39,7 +39,7 @@ def build_cell(cfg):
 def warmed_cell(cfg, timed_steps: int, warmup_steps: int = 5):
     """build_cell's (runtime, data, model, step) after `warmup_steps` steps (the eager warm-up and, where
     the step is graphed, its capture), with the next `timed_steps` batches already on the device."""
-    from andrea_exp.train import local_batch_size
+    from andrea_exp.training.loop import local_batch_size
 
     rt, data, model, step = build_cell(cfg)
     bs = local_batch_size(cfg.train.batch_size, 1)

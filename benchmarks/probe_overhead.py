@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.data import build_dataset
-from andrea_exp.probe import Probe
-from andrea_exp.train import build_model, train
+from andrea_exp.data.sources import build_dataset
+from andrea_exp.instruments.probe import Probe
+from andrea_exp.training.loop import build_model, train
 from benchmarks.common import compose_cfg, git_commit, steady_throughput
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "probe_overhead.json"

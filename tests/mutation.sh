@@ -22,21 +22,21 @@ PYTHON="${PYTHON:-python}"
 
 # module -> the files mutmut mutates (space-separated)
 declare -A SOURCE=(
-  [attention]="andrea_exp/attention.py"
-  [choices]="andrea_exp/choices.py"
-  [data]="andrea_exp/data.py"
-  [metrics]="andrea_exp/metrics.py"
-  [train]="andrea_exp/train.py andrea_exp/graphed_step.py"
+  [attention]="andrea_exp/model/attention.py"
+  [choices]="andrea_exp/config/choices.py"
+  [data]="andrea_exp/data/sources.py"
+  [metrics]="andrea_exp/instruments/metrics.py"
+  [train]="andrea_exp/training/loop.py andrea_exp/training/graphed_step.py"
   [report_rules]="andrea_exp/report/rules.py andrea_exp/report/seeds.py andrea_exp/report/bestlr.py"
-  [head_gemms]="andrea_exp/head_gemms.py"
+  [head_gemms]="andrea_exp/model/head_gemms.py"
 )
 # the rules lived in andrea_exp/report_rules.py before the report became a package
 [[ -f "$REPO/andrea_exp/report/rules.py" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
-# LogWindow may live in its own module (andrea_exp/logwindow.py) or still in train.py
-LOGWINDOW_GLOB="andrea_exp.train.xǁLogWindowǁ*"
-if [[ -f "$REPO/andrea_exp/logwindow.py" ]]; then
-  SOURCE[train]+=" andrea_exp/logwindow.py"
-  LOGWINDOW_GLOB="andrea_exp.logwindow.xǁLogWindowǁ*"
+# LogWindow may live in its own module (andrea_exp/training/logwindow.py) or still in train.py
+LOGWINDOW_GLOB="andrea_exp.training.loop.xǁLogWindowǁ*"
+if [[ -f "$REPO/andrea_exp/training/logwindow.py" ]]; then
+  SOURCE[train]+=" andrea_exp/training/logwindow.py"
+  LOGWINDOW_GLOB="andrea_exp.training.logwindow.xǁLogWindowǁ*"
 fi
 # drop a listed file that no longer exists (a module split moved it): mutmut stops on a missing path
 for module in "${!SOURCE[@]}"; do
@@ -71,11 +71,11 @@ declare -A TESTS=(
 declare -A FUNCTIONS=(
   [attention]=""
   [choices]=""
-  [data]="andrea_exp.data.xǁMarkovSourceǁ* andrea_exp.data.x_floor_standard_error__mutmut_* andrea_exp.data.xǁDatasetǁfloor_standard_error__mutmut_*"
+  [data]="andrea_exp.data.sources.xǁMarkovSourceǁ* andrea_exp.data.sources.x_floor_standard_error__mutmut_* andrea_exp.data.sources.xǁDatasetǁfloor_standard_error__mutmut_*"
   [metrics]=""
   # the stability study's controls: warmup + cosine schedule, clipping in the step, the divergence rule,
   # the probe schedule and the logged window (grad norm and clip share)
-  [train]="andrea_exp.train.x_build_optimizer__mutmut_* andrea_exp.train.x_probe_due__mutmut_* andrea_exp.train.xǁDivergenceWatchǁ* andrea_exp.graphed_step.x_step_body__mutmut_* andrea_exp.graphed_step.x_grad_norm__mutmut_* $LOGWINDOW_GLOB"
+  [train]="andrea_exp.training.loop.x_build_optimizer__mutmut_* andrea_exp.training.loop.x_probe_due__mutmut_* andrea_exp.training.loop.xǁDivergenceWatchǁ* andrea_exp.training.graphed_step.x_step_body__mutmut_* andrea_exp.training.graphed_step.x_grad_norm__mutmut_* $LOGWINDOW_GLOB"
   [report_rules]=""
   [head_gemms]=""
 )

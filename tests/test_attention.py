@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from andrea_exp.attention import (
+from andrea_exp.config.choices import normalize_mask_fill, normalize_scale
+from andrea_exp.model.attention import (
     absent_keys,
     attention,
     check_sdpa_backend,
@@ -18,7 +19,6 @@ from andrea_exp.attention import (
     scale_factor,
     sdpa_context,
 )
-from andrea_exp.choices import normalize_mask_fill, normalize_scale
 
 SCALES = ("sqrt", "none", "inv", True, False)
 # (d_k, d_v): every d_k of the brief, some with d_v != d_k
@@ -319,7 +319,7 @@ def test_prefer_fused_up_to_head_dim_256_with_the_minus_inf_fill():
     ((1, 2, 3, 8), (1, 2, 3, 300), False),       # d_v above 256: the explicit path
 ])
 def test_auto_picks_the_path_by_head_dim(monkeypatch, shape_q, shape_v, fused):
-    import andrea_exp.attention as module
+    import andrea_exp.model.attention as module
 
     calls = []
     real_explicit, real_fused = module.explicit_attention, module.fused_attention

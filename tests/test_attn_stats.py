@@ -25,11 +25,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from andrea_exp import attn_stats
-from andrea_exp import metric_keys as K
-from andrea_exp.attn_stats import STATS, head_stats, head_stats_torch, reference_head_stats
-from andrea_exp.config import ConfigError, validate
-from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.config.validation import ConfigError, validate
+from andrea_exp.instruments import attn_stats
+from andrea_exp.instruments.attn_stats import STATS, head_stats, head_stats_torch, reference_head_stats
+from andrea_exp.model.decoder import Andrea, ModelConfig
+from andrea_exp.runs import metric_keys as K
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 REL = 1e-4
@@ -376,7 +376,7 @@ def read_rows(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("every", [1, 2])
 def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
-    from andrea_exp.train import train
+    from andrea_exp.training.loop import train
 
     cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
     train(cfg, tmp_path)
@@ -393,7 +393,7 @@ def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
 
 
 def test_the_loop_logs_no_statistics_when_off(tmp_path):
-    from andrea_exp.train import train
+    from andrea_exp.training.loop import train
 
     train(config(), tmp_path)
     assert not any(key.startswith("attn_step/") for r in read_rows(tmp_path) for key in r)
@@ -402,9 +402,9 @@ def test_the_loop_logs_no_statistics_when_off(tmp_path):
 def train_steps(cfg, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Each step's loss and the final parameters of `steps` steps of the step train() builds, the statistics
     handled as the loop handles them (before_step / after_step, flush at train.log_every)."""
-    from andrea_exp.data import build_dataset
-    from andrea_exp.runtime import setup_runtime
-    from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+    from andrea_exp.data.sources import build_dataset
+    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
+    from andrea_exp.training.runtime import setup_runtime
 
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
@@ -522,7 +522,7 @@ def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
 def test_the_flag_turns_the_kernels_off():
     device = kernel_device()
     q, k = random_qk(64, 16, device=device)
-    from andrea_exp.attn_stats_kernel import head_stats_triton
+    from andrea_exp.model.step_stats_kernel import head_stats_triton
 
     for T in (64, 1):  # T 1 also fills nan into entropy_norm and max_prob_max, on the device
         flag = torch.zeros(1, dtype=torch.int32, device=device)
@@ -540,7 +540,7 @@ def test_the_flag_turns_the_kernels_off():
 def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dtype):
     """The kernel's row max is kept on the raw q.k and z = (r - m) c, so the max key contributes exactly 1 (with
     s = r c and z = s - m, the compiler's fused multiply-add made the max key's z the rounding error of r c and
-    rows of logits in the thousands reported max_prob 1.00008; see attn_stats_kernel's docstring)."""
+    rows of logits in the thousands reported max_prob 1.00008; see step_stats_kernel's docstring)."""
     device = kernel_device()
     if device == "cpu" and dtype == torch.bfloat16:
         pytest.skip("Triton's interpreter has no bf16 arithmetic")
@@ -568,9 +568,9 @@ def gpu_config(*overrides: str):
 def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(each step's recorded statistics, each step's reference from the explicit pipeline on the weights and
     batch the step's forward saw) for `steps` steps of the step train() builds."""
-    from andrea_exp.data import build_dataset
-    from andrea_exp.runtime import setup_runtime
-    from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+    from andrea_exp.data.sources import build_dataset
+    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
+    from andrea_exp.training.runtime import setup_runtime
 
     rt = setup_runtime(cfg)
     torch.manual_seed(cfg.seed)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from andrea_exp.metrics import centred_diagonal_norm, qk_layernorm_spectral_norm
+from andrea_exp.instruments.metrics import centred_diagonal_norm, qk_layernorm_spectral_norm
 
 
 def reference(g: torch.Tensor) -> float:

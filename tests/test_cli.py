@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.model.decoder import Andrea, ModelConfig
 
 SUMMARY_LINE = re.compile(r"held-out loss (\S+) \| floor (\S+) \| log V (\S+) \(uniform guess\)")
 
@@ -86,7 +86,7 @@ def test_console_script_is_installed():
 
 
 def test_the_run_line_says_where_the_loop_time_went(capsys, tmp_path):
-    from andrea_exp.cli import print_run_summary
+    from andrea_exp.launch.cli import print_run_summary
 
     summary = {"run/status": "finished", "run/steps": 1000, "run/wall_s": 17.26, "run/time/setup_s": 8.7,
                "run/time/steps_s": 14.05, "run/time/probes_s": 1.87, "run/time/evals_s": 0.13, "run/time/maps_s": 1.22,
@@ -106,9 +106,9 @@ def test_a_sweeps_launching_process_never_imports_torch():
     script = """
 import sys
 from hydra import compose, initialize_config_dir
-import andrea_exp.cli, andrea_exp.mps, andrea_exp.sweep
-from andrea_exp.config import validate
-from andrea_exp.schema import CONF_DIR
+import andrea_exp.launch.cli, andrea_exp.launch.mps, andrea_exp.launch.sweep
+from andrea_exp.config.validation import validate
+from andrea_exp.config.schema import CONF_DIR
 with initialize_config_dir(str(CONF_DIR), version_base=None):
     for overrides in (["experiment=claims_grid", "model.d_k=4096", "model.scale=false"], ["model.attn_impl=bilinear"]):
         validate(compose("config", overrides=overrides))
@@ -123,8 +123,8 @@ def test_run_facts_hold_plain_values(tmp_path):
     """A cell's summary travels back to the launching process by pickle: no torch type may be in it."""
     import torch
 
-    from andrea_exp.runfacts import run_facts
-    from andrea_exp.runtime import Runtime
+    from andrea_exp.training.runfacts import run_facts
+    from andrea_exp.training.runtime import Runtime
 
     model = Andrea(ModelConfig(vocab_size=32, block_size=8, d_model=16, n_layer=1, n_head=2, d_k=8, d_v=8))
     facts = run_facts(Runtime(torch.device("cpu")), model, 32)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.config import command_line_error
+from andrea_exp.config.schema import CONF_DIR
+from andrea_exp.config.validation import command_line_error
 from andrea_exp.report import __main__ as report_cli
-from andrea_exp.schema import CONF_DIR
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 ENV.pop("HYDRA_FULL_ERROR", None)

@@ -5,8 +5,8 @@ import tarfile
 
 import pytest
 
-from andrea_exp import corpora
-from andrea_exp.errors import ConfigError
+from andrea_exp.config.errors import ConfigError
+from andrea_exp.data import corpora
 
 
 def archive_with(tmp_path, files: dict[str, bytes]):

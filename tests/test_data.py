@@ -15,11 +15,11 @@ from conftest import data_error_line
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import andrea_exp.data_checks as checks_module
-from andrea_exp.config import ConfigError
-from andrea_exp.data import Dataset, MarkovSource, Split, build_dataset, floor_standard_error
-from andrea_exp.data_checks import check_data
-from andrea_exp.evaluate import evaluate
+import andrea_exp.config.data_checks as checks_module
+from andrea_exp.config.data_checks import check_data
+from andrea_exp.config.validation import ConfigError
+from andrea_exp.data.sources import Dataset, MarkovSource, Split, build_dataset, floor_standard_error
+from andrea_exp.instruments.evaluate import evaluate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -495,7 +495,7 @@ def test_unknown_source_is_refused():
 def test_briefly_trained_causal_model_stays_above_the_floor(tmp_path):
     """andrea_tiny, 100 steps on the built-in chain: it learns (below log V) but no causal model
     can beat the floor on held-out data."""
-    from andrea_exp.train import train
+    from andrea_exp.training.loop import train
 
     overrides = ["train.max_steps=100", "train.batch_size=16", "probe.every=0", "logger.mode=disabled",
                  "train.eval_every=0", "train.sample_tokens=4", "data.train_sequences=2000"]

@@ -32,7 +32,7 @@ NO_GRAD_SYNC = """
 import sys
 import torch
 torch.nn.parallel.DistributedDataParallel = lambda module, **kwargs: module
-from andrea_exp.cli import main
+from andrea_exp.launch.cli import main
 main()
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.train import Diverged, DivergenceWatch
+from andrea_exp.training.loop import Diverged, DivergenceWatch
 
 SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
          "data.train_sequences=500", "data.eval_sequences=32", "train.batch_size=8", "train.max_steps=200",

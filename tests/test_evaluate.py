@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from andrea_exp.evaluate import (
+from andrea_exp.instruments.evaluate import (
     GENERATION_MAX_TOKENS,
     evaluate,
     generate,
@@ -15,7 +15,7 @@ from andrea_exp.evaluate import (
     loss_generation,
     prefix_groups,
 )
-from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.model.decoder import Andrea, ModelConfig
 
 
 def small_model(causal: bool, **overrides) -> Andrea:
@@ -159,7 +159,7 @@ def test_generate_samples_one_full_forward_per_token():
 def test_loops_over_changing_lengths_leave_cudnn_attention_out(monkeypatch):
     """cuDNN's attention plans every new shape anew: generation and the prefix-batched generation loss run without
     it; the fixed-shape teacher-forced loss keeps PyTorch's full choice."""
-    import andrea_exp.attention as attention
+    import andrea_exp.model.attention as attention
 
     seen = []
     real = attention.F.scaled_dot_product_attention

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_tracking import offline_runs, read_run
 
-from andrea_exp.cli import describe_os_error, output_dir_error
+from andrea_exp.launch.cli import describe_os_error, output_dir_error
 
 SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
          "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=40",
@@ -28,7 +28,7 @@ ROOM = 12  # lines metrics.jsonl takes before the simulated disk is full
 # write() on a full disk does, with no file name (the writer must add it).
 FILLING_DISK = f"""
 import errno, os
-from andrea_exp import rundir
+from andrea_exp.runs import rundir
 
 class FillingUp:
     def __init__(self, fh):
@@ -47,14 +47,14 @@ def init(self, *args, **kwargs):
     self._fh = FillingUp(self._fh)
 rundir.MetricsFile.__init__ = init
 
-from andrea_exp.cli import main
+from andrea_exp.launch.cli import main
 main()
 """
 
 # The app with a data file that is deleted after the settings were checked and before it is read.
 VANISHING_DATA = """
 from pathlib import Path
-from andrea_exp import data
+from andrea_exp.data import sources as data
 
 real_splits = data.text_splits
 def vanish_then_read(path, *args, **kwargs):
@@ -62,7 +62,7 @@ def vanish_then_read(path, *args, **kwargs):
     return real_splits(path, *args, **kwargs)
 data.text_splits = vanish_then_read
 
-from andrea_exp.cli import main
+from andrea_exp.launch.cli import main
 main()
 """
 
@@ -189,7 +189,7 @@ def test_a_disk_full_mid_run_with_full_error_shows_the_traceback(tmp_path):
 
 # The disk of FILLING_DISK, full for summary.json too: its temporary file's write fails with no file name, as
 # pathlib's write_text does on a real full disk.
-FILLING_DISK_AND_SUMMARY = FILLING_DISK.replace("from andrea_exp.cli import main", """
+FILLING_DISK_AND_SUMMARY = FILLING_DISK.replace("from andrea_exp.launch.cli import main", """
 import pathlib
 real_write_text = pathlib.Path.write_text
 def write_text(self, *args, **kwargs):
@@ -199,7 +199,7 @@ def write_text(self, *args, **kwargs):
     return real_write_text(self, *args, **kwargs)
 pathlib.Path.write_text = write_text
 
-from andrea_exp.cli import main""")
+from andrea_exp.launch.cli import main""")
 
 
 def test_a_full_disk_that_also_refuses_the_summary_names_metrics_jsonl(tmp_path):
@@ -234,7 +234,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
         pytest.skip("no /dev/full")
     import torch
 
-    from andrea_exp import checkpoint
+    from andrea_exp.training import checkpoint
 
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters())

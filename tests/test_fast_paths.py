@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from andrea_exp.chunked_loss import linear_cross_entropy
-from andrea_exp.model import Andrea, ModelConfig
-from andrea_exp.probe import Probe
+from andrea_exp.instruments.probe import Probe
+from andrea_exp.model.chunked_loss import linear_cross_entropy
+from andrea_exp.model.decoder import Andrea, ModelConfig
 
 
 def rows(n=23, d=6, v=11, seed=0, dtype=torch.float64):
@@ -69,7 +69,7 @@ def test_chunked_loss_without_grad_and_bad_input():
 
 
 def test_add_matmul_adds_the_product_to_the_float32_sum():
-    from andrea_exp.chunked_loss import add_matmul
+    from andrea_exp.model.chunked_loss import add_matmul
 
     a = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.bfloat16)
     b = torch.tensor([[3.0, 0.0], [1.0, 4.0]], dtype=torch.bfloat16)
@@ -84,7 +84,7 @@ def test_chunked_loss_in_bf16_on_the_gpu_sums_d_w_in_float32():
     """On a GPU each chunk's d W is added inside the GEMM (out_dtype float32): the sum over chunks must
     match a float64 computation from the same bf16 inputs to float32-sum accuracy, far closer than a
     sum rounded to bf16 after every chunk would be."""
-    from andrea_exp.chunked_loss import add_matmul
+    from andrea_exp.model.chunked_loss import add_matmul
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(8, 512, 1024, device="cuda", generator=gen).bfloat16()  # 8 chunks of (V 512, c 1024)
@@ -114,7 +114,7 @@ def test_in_a_compiled_model_the_loss_runs_outside_its_graph_one_chunk_at_a_time
     model here is compiled with the eager backend and the chunk step counted, not compiled: the same path.)"""
     from torch._dynamo.utils import counters
 
-    from andrea_exp import chunked_loss
+    from andrea_exp.model import chunked_loss
 
     calls = []
 
@@ -247,7 +247,7 @@ def test_bad_chunk_rows_names_the_setting():
 
 def test_benchmark_step_reproduces_train_losses(tmp_path: Path):
     """benchmarks/throughput.py repeats the train loop's step: same losses as train() for the same settings."""
-    from andrea_exp.train import train
+    from andrea_exp.training.loop import train
     from benchmarks.common import compose_cfg
     from benchmarks.throughput import AndreaRun
 

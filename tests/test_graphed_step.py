@@ -11,10 +11,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from andrea_exp.config import ConfigError
-from andrea_exp.graphed_step import GraphedStep, use_cuda_graph
-from andrea_exp.runtime import setup_runtime
-from andrea_exp.train import build_model, build_optimizer, build_step, wrap_for_training
+from andrea_exp.config.validation import ConfigError
+from andrea_exp.training.graphed_step import GraphedStep, use_cuda_graph
+from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
+from andrea_exp.training.runtime import setup_runtime
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 ON = dict(device_type="cuda", world_size=1, dropout=0.0)
@@ -72,8 +72,8 @@ def test_cpu_run_stays_eager_under_auto_and_refuses_true():
 
 
 def test_schema_refuses_a_bad_value_and_keeps_the_setting_operational():
-    from andrea_exp.config import validate
-    from andrea_exp.schema import is_scientific
+    from andrea_exp.config.schema import is_scientific
+    from andrea_exp.config.validation import validate
 
     assert not is_scientific("train.cuda_graph")
     assert config().train.cuda_graph == "auto"
@@ -109,7 +109,7 @@ class Run:
         self.cfg, self.graphed = cfg, graphed
         self.rt = setup_runtime(cfg)
         torch.manual_seed(cfg.seed)
-        from andrea_exp.data import build_dataset
+        from andrea_exp.data.sources import build_dataset
 
         self.data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(self.rt.device)
         self.model = build_model(cfg, self.data.vocab_size).to(self.rt.device)
@@ -220,7 +220,7 @@ def test_claims_grid_speed_smoke_writes_the_result(tmp_path: Path):
 
 
 def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
-    from benchmarks.cell_breakdown import main
+    from benchmarks.investigations.cell_breakdown import main
 
     out = tmp_path / "breakdown.json"
     data = main(["--smoke", "--out", str(out), "--set", "model.attn_impl=explicit"])
@@ -231,7 +231,7 @@ def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
 
 
 def test_concurrent_cells_smoke_times_every_mode(tmp_path: Path):
-    from benchmarks.concurrent_cells import main
+    from benchmarks.investigations.concurrent_cells import main
 
     out = tmp_path / "cc.json"
     data = main(["--smoke", "--timeout", "600", "--out", str(out)])

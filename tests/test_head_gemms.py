@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from andrea_exp.head_gemms import head_projection, qk_scores
+from andrea_exp.model.head_gemms import head_projection, qk_scores
 
 
 def test_qk_scores_is_q_times_k_transposed_with_exact_gradients():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp import checkpoint, sweep_stop
+from andrea_exp.training import checkpoint, sweep_stop
 
 SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
          "data.train_sequences=200", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=200",

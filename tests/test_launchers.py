@@ -11,7 +11,7 @@ import torch
 from test_sweep import TINY, multirun
 from test_tracking import read_run
 
-from andrea_exp.devices import claim_slot, gpu_for_slot, parallel_slots
+from andrea_exp.launch.devices import claim_slot, gpu_for_slot, parallel_slots
 
 SMALL = [o.replace("train.max_steps=20", "train.max_steps=10") for o in TINY]
 
@@ -25,7 +25,7 @@ def test_slots_go_round_the_gpus_with_cells_per_gpu_on_each():
 
 def test_a_held_slot_is_skipped_and_freed_when_its_worker_exits(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from andrea_exp.devices import claim_slot; "
+        "import sys, time; from pathlib import Path; from andrea_exp.launch.devices import claim_slot; "
         f"slot, fh = claim_slot(Path({str(tmp_path)!r}), 2); print(slot, flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -78,7 +78,7 @@ def test_slurm_path_through_submitits_local_executor(tmp_path):
 def test_slurm_preset_has_the_cluster_fields():
     from hydra import compose, initialize_config_dir
 
-    from andrea_exp.cli import CONF_DIR
+    from andrea_exp.launch.cli import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from andrea_exp import docs
-from andrea_exp.metric_keys import MEANINGS, METRICS, SUMMARY_KEYS
+from andrea_exp.runs import docs
+from andrea_exp.runs.metric_keys import MEANINGS, METRICS, SUMMARY_KEYS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-REGENERATE = "regenerate it with `python -m andrea_exp.docs` and paste it over README.md's section"
+REGENERATE = "regenerate it with `python -m andrea_exp.runs.docs` and paste it over README.md's section"
 
 
 def metrics_section(text: str) -> str:

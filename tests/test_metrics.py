@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from andrea_exp.attention import attention, explicit_attention
-from andrea_exp.metrics import (
+from andrea_exp.instruments.metrics import (
     component_std,
     first_kept_row,
     global_norm,
@@ -27,6 +26,7 @@ from andrea_exp.metrics import (
     visible_count,
     visible_keys,
 )
+from andrea_exp.model.attention import attention, explicit_attention
 
 
 def test_uniform_row_has_entropy_log_n_and_one_hot_zero():

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
-from andrea_exp.model import Andrea, ModelConfig
-from andrea_exp.train import build_model
+from andrea_exp.model.decoder import Andrea, ModelConfig
+from andrea_exp.training.loop import build_model
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -371,7 +371,7 @@ def test_captured_pattern_puts_no_mass_on_absent_keys_with_a_finite_fill(causal)
 
 def test_forced_flash_backend_lets_masked_rows_pick_another_kernel(monkeypatch):
     """Flash takes no attn_mask: calls with visible_keys go to PyTorch's choice, training keeps flash."""
-    import andrea_exp.model as module
+    import andrea_exp.model.decoder as module
 
     backends = []
     real = module.fused_attention

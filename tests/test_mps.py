@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from andrea_exp import mps
-from andrea_exp.config import ConfigError
+from andrea_exp.config.validation import ConfigError
+from andrea_exp.launch import mps
 
 JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 GOOD = dict(launcher_target=JOBLIB, cells_per_gpu=4, gpus=["0"], control="/usr/bin/nvidia-cuda-mps-control", env={})
@@ -110,14 +110,14 @@ def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, m
 
 
 def test_a_daemon_shared_by_several_sweeps_is_started_handed_on_and_stopped_from_the_shell(tmp_path: Path):
-    """`python -m andrea_exp.mps start` (reproduce.sh's lanes): the same daemon and reasons as a sweep's own,
+    """`python -m andrea_exp.launch.mps start` (reproduce.sh's lanes): the same daemon and reasons as a sweep's own,
     handed on as one `export` line; `stop` asks it to quit in the background and removes its directory."""
     control, calls = fake_control(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
     env.update(PATH=f"{control.parent}{os.pathsep}{env['PATH']}", CUDA_VISIBLE_DEVICES="0")
 
     def cli(*args, **extra):
-        return subprocess.run([sys.executable, "-m", "andrea_exp.mps", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "andrea_exp.launch.mps", *args], capture_output=True, text=True,
                               timeout=60, env={**env, **extra})
 
     started = cli("start", "--cells-per-gpu", "12")
@@ -180,9 +180,9 @@ def test_idle_launcher_workers_are_ended():
 
 @pytest.mark.slow
 def test_grid_wall_times_a_real_local_sweep_per_setting(tmp_path: Path):
-    """benchmarks/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, plain and with a
-    variant's overrides (no probes); the time-stamped phases are in order and every cell finished."""
-    from benchmarks.grid_wall import main
+    """benchmarks/investigations/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, plain and
+    with a variant's overrides (no probes); the time-stamped phases are in order and every cell finished."""
+    from benchmarks.investigations.grid_wall import main
 
     out = tmp_path / "grid_wall.json"
     data = main(["--smoke", "--mps", "false", "--variant", "no_probes probe.every=0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from andrea_exp.phases import PhaseClock
+from andrea_exp.training.phases import PhaseClock
 
 
 class HandClock:

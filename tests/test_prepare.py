@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-import andrea_exp.prepare as prepare_module
-from andrea_exp.config import ConfigError, command_line_error
-from andrea_exp.corpora import join_texts
-from andrea_exp.data import build_dataset, decode_bytes
-from andrea_exp.data_checks import held_out_token_windows
-from andrea_exp.prepare import main, text_chunks
-from andrea_exp.references import NgramCounts, held_out_references
+import andrea_exp.data.prepare as prepare_module
+from andrea_exp.config.data_checks import held_out_token_windows
+from andrea_exp.config.validation import ConfigError, command_line_error
+from andrea_exp.data.corpora import join_texts
+from andrea_exp.data.prepare import main, text_chunks
+from andrea_exp.data.references import NgramCounts, held_out_references
+from andrea_exp.data.sources import build_dataset, decode_bytes
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 T = 16  # --seq-len of these tests: val.bin needs 4 windows of 17 tokens

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from andrea_exp import metric_keys as mk
-from andrea_exp.model import Andrea, ModelConfig
-from andrea_exp.probe import ATTN_STATS, Probe
+from andrea_exp.instruments.probe import ATTN_STATS, Probe
+from andrea_exp.model.decoder import Andrea, ModelConfig
+from andrea_exp.runs import metric_keys as mk
 
 PROBE_CFG = OmegaConf.create({"every": 1, "batch_size": 4, "maps_every": 0, "maps_heads": 2, "per_head": False})
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from andrea_exp.data import build_dataset, token_file_stretches
-from andrea_exp.references import NgramCounts, held_out_references
+from andrea_exp.data.references import NgramCounts, held_out_references
+from andrea_exp.data.sources import build_dataset, token_file_stretches
 
 
 def test_counts_and_probabilities_by_hand():

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures, screen, static, verdicts
 from andrea_exp.report.cells import INIT_ONLY, group_experiments
 from andrea_exp.report.effects import (
@@ -29,6 +28,7 @@ from andrea_exp.report.effects import (
 from andrea_exp.report.markdown import write_report
 from andrea_exp.report.runs import Run
 from andrea_exp.report.verdicts import CONDITIONAL, summarise
+from andrea_exp.runs import metric_keys as mk
 
 T2 = 4.303  # t_{0.975} with 2 degrees of freedom
 JOB = itertools.count()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from andrea_exp import checkpoint
+from andrea_exp.training import checkpoint
 
 # small and quick on a 2-core CPU; log_every does not divide ckpt_every, so windows are cut at checkpoints
 SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
@@ -267,7 +267,7 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def dropout_unbroken(tmp_path_factory) -> dict[int, float]:
-    from andrea_exp.train import train
+    from andrea_exp.training.loop import train
 
     run_dir = tmp_path_factory.mktemp("dropout-unbroken")
     train(dropout_config(), run_dir)
@@ -276,7 +276,7 @@ def dropout_unbroken(tmp_path_factory) -> dict[int, float]:
 
 def crash_then_resume(run_dir: Path, monkeypatch) -> dict[int, float]:
     """Train until the checkpoint at CRASH_AT is written, die there, resume in the same process."""
-    from andrea_exp.train import train
+    from andrea_exp.training.loop import train
 
     run_dir.mkdir()
     real_save = checkpoint.save
@@ -316,8 +316,8 @@ def test_resuming_a_cell_that_a_stopped_sweep_never_started_says_so(tmp_path, ca
     starts from step 0 and is called what it is, not a run whose checkpoint went missing."""
     from omegaconf import OmegaConf
 
-    from andrea_exp.rundir import write_summary
-    from andrea_exp.train import load_resume_state
+    from andrea_exp.runs.rundir import write_summary
+    from andrea_exp.training.loop import load_resume_state
 
     cfg = OmegaConf.create({"train": {"resume": True, "max_steps": 10}})
     write_summary(tmp_path, {"run/status": "interrupted", "run/steps": 0,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_sweep import TINY, multirun
 
-from andrea_exp import runs
-from andrea_exp.rundir import find_run_dirs, job_dirs
+from andrea_exp.runs import frame as runs
+from andrea_exp.runs.rundir import find_run_dirs, job_dirs
 
 
 def write_job(job_dir: Path, overrides: list[str], config: dict, summary: dict | None, metrics: list[dict]) -> Path:
@@ -114,7 +114,7 @@ def test_a_real_sweep_reads_back_as_it_printed(tmp_path):
     proc, sweep_dir = multirun(tmp_path, "model.d_k=8,16", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = proc.stdout[proc.stdout.index("[andrea-exp] sweep "):].strip()
-    again = subprocess.run([sys.executable, "-m", "andrea_exp.runs", str(sweep_dir)], capture_output=True,
+    again = subprocess.run([sys.executable, "-m", "andrea_exp.runs.frame", str(sweep_dir)], capture_output=True,
                            text=True, check=True).stdout.strip()
     assert again == printed  # the same table the multirun printed at its end
     frame = runs.load(sweep_dir)

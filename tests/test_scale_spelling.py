@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from andrea_exp import checkpoint, rundir, runs
-from andrea_exp.choices import canonical_scale
-from andrea_exp.naming import run_name, split_override
+from andrea_exp.config.choices import canonical_scale
+from andrea_exp.runs import frame as runs
+from andrea_exp.runs import rundir
+from andrea_exp.runs.naming import run_name, split_override
+from andrea_exp.training import checkpoint
 
 
 @pytest.mark.parametrize("typed, canonical", [(True, "sqrt"), ("true", "sqrt"), ("True", "sqrt"), ("sqrt", "sqrt"),

@@ -8,9 +8,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from andrea_exp import schema
-from andrea_exp.config import ConfigError, validate
-from andrea_exp.schema import CONF_DIR, SCIENTIFIC_KEYS, SETTINGS, find_conf_dir, is_scientific
+from andrea_exp.config import schema
+from andrea_exp.config.schema import CONF_DIR, SCIENTIFIC_KEYS, SETTINGS, find_conf_dir, is_scientific
+from andrea_exp.config.validation import ConfigError, validate
 
 OPTIONS = {group: sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
            for group in ("model", "data", "experiment")}
@@ -119,5 +119,5 @@ def test_conf_dir_prefers_the_configs_shipped_in_the_package(tmp_path):
     (checkout / "conf").mkdir()
     (checkout / "conf" / "config.yaml").write_text("seed: 0\n")
     assert find_conf_dir(checkout / "andrea_exp") == checkout / "conf"
-    checkout_conf = Path(schema.__file__).resolve().parent.parent / "conf"
+    checkout_conf = Path(schema.__file__).resolve().parent.parent.parent / "conf"
     assert checkout_conf == CONF_DIR  # this checkout

@@ -3,7 +3,7 @@ losses and gradients, for SDPA (d_k <= 256) and the bilinear form (above), both 
 
 import pytest
 
-from benchmarks.stacked_cells import check_losses
+from benchmarks.investigations.stacked_cells import check_losses
 
 
 @pytest.mark.parametrize("d_k", [8, 512])

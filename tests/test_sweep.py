@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_tracking import read_run
 
-from andrea_exp.cli import CONF_DIR
-from andrea_exp.naming import run_name, run_tags, swept_keys
-from andrea_exp.sweep import format_table
+from andrea_exp.launch.cli import CONF_DIR
+from andrea_exp.runs.naming import run_name, run_tags, swept_keys
+from andrea_exp.runs.table import format_table
 
 TINY = ["train.max_steps=20", "data.seq_len=32", "probe.every=10", "train.eval_every=10", "probe.maps_every=0",
         "train.log_every=5", "data.train_sequences=512", "data.eval_sequences=32", "train.batch_size=8",
@@ -191,23 +191,28 @@ def test_scaling_at_init_runs_only_the_final_probe_and_eval(tmp_path):
 
 
 def andrea_imports(module: str) -> set[str]:
-    """The andrea_exp modules a module of the package imports (at any depth in its source)."""
-    tree = ast.parse((Path(__file__).resolve().parent.parent / "andrea_exp" / f"{module}.py").read_text())
+    """The andrea_exp modules (last name of the dotted path) a module of the package imports, at any depth."""
+    tree = ast.parse((Path(__file__).resolve().parent.parent / "andrea_exp" / f"{MODULES[module]}.py").read_text())
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "andrea_exp":
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("andrea_exp."):
-            found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("andrea_exp"):
+            if node.module.count(".") <= 1:  # from andrea_exp.runs import rundir: the modules named
+                found.update(alias.name for alias in node.names)
+            else:
+                found.add(node.module.split(".")[-1])
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("andrea_exp."))
+            found.update(a.name.split(".")[-1] for a in node.names if a.name.startswith("andrea_exp."))
     return found
 
 
-def test_imports_run_one_way_rundir_naming_tracking_sweep_runs():
-    order = ["metric_keys", "rundir", "naming", "tracking", "sweep", "runs"]  # each may import only those before it
+MODULES = {"metric_keys": "runs/metric_keys", "rundir": "runs/rundir", "naming": "runs/naming",
+           "tracking": "runs/tracking", "table": "runs/table", "runs": "runs/frame", "sweep": "launch/sweep"}
+
+
+def test_imports_run_one_way_rundir_naming_tracking_table_runs_sweep():
+    order = ["metric_keys", "rundir", "naming", "tracking", "table", "runs", "sweep"]  # each imports only earlier ones
     for i, module in enumerate(order[1:], start=1):
         later = andrea_imports(module) & set(order[i:])
         assert not later, f"andrea_exp.{module} imports {sorted(later)}, which come after it"
     assert andrea_imports("tracking") == {"metric_keys", "naming", "rundir"}
-    assert "tracking" in andrea_imports("sweep") and "sweep" in andrea_imports("runs")
+    assert {"tracking", "table"} <= andrea_imports("sweep") and "table" in andrea_imports("runs")

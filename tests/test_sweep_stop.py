@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from andrea_exp import interrupts, sweep_stop
+from andrea_exp.training import interrupts, sweep_stop
 
 
 def test_requested_reads_the_signal_from_the_marker(tmp_path):

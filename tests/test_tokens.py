@@ -14,10 +14,10 @@ from conftest import data_error_line
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import andrea_exp.data_checks as checks_module
-from andrea_exp.config import ConfigError
-from andrea_exp.data import TokenWindows, build_dataset
-from andrea_exp.data_checks import check_data
+import andrea_exp.config.data_checks as checks_module
+from andrea_exp.config.data_checks import check_data
+from andrea_exp.config.validation import ConfigError
+from andrea_exp.data.sources import TokenWindows, build_dataset
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 T = 8

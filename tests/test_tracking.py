@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp import tracking
-from andrea_exp.tracking import Tracker, logged_in, resolve_mode
+from andrea_exp.runs import tracking
+from andrea_exp.runs.tracking import Tracker, logged_in, resolve_mode
 
 WANDB = str(Path(sys.executable).with_name("wandb"))
 

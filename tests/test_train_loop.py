@@ -13,14 +13,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from andrea_exp import checkpoint
-from andrea_exp import metric_keys as K
-from andrea_exp.config import ConfigError
-from andrea_exp.interrupts import StopRequest
-from andrea_exp.logwindow import LogWindow
-from andrea_exp.runfacts import code_sha, git_facts
-from andrea_exp.runtime import Runtime, setup_runtime
-from andrea_exp.train import DivergenceWatch, LoopState, probe_due, train
+from andrea_exp.config.validation import ConfigError
+from andrea_exp.runs import metric_keys as K
+from andrea_exp.training import checkpoint
+from andrea_exp.training.interrupts import StopRequest
+from andrea_exp.training.logwindow import LogWindow
+from andrea_exp.training.loop import DivergenceWatch, LoopState, probe_due, train
+from andrea_exp.training.runfacts import code_sha, git_facts
+from andrea_exp.training.runtime import Runtime, setup_runtime
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 TINY = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",

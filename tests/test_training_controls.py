@@ -1,6 +1,6 @@
 """The training controls, read from what a run writes: gradient clipping, the LR schedule, the token count.
 
-Each test runs `andrea_exp.train.train` on a tiny CPU configuration composed from conf/ and reads the run's
+Each test runs `andrea_exp.training.loop.train` on a tiny CPU configuration composed from conf/ and reads the run's
 metrics.jsonl (and, for the optimiser's first moment, its final checkpoint), so the tests hold whatever
 the inside of train.py looks like. Expected values are computed by hand here, never read from the code.
 """
@@ -14,8 +14,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from andrea_exp.rundir import read_metrics
-from andrea_exp.train import train
+from andrea_exp.runs.rundir import read_metrics
+from andrea_exp.training.loop import train
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 TINY = ["logger.mode=disabled", "train.device=cpu", "train.progress=false", "probe.every=0",
@@ -125,7 +125,7 @@ def test_tokens_count_every_sequence_of_every_step(tmp_path):
 
 
 def due(cadence: dict, until: int = 40) -> list[int]:
-    from andrea_exp.train import probe_due
+    from andrea_exp.training.loop import probe_due
 
     return [s for s in range(until) if probe_due(s, cadence)]
 
@@ -148,7 +148,7 @@ def test_dense_every_one_probes_each_step_below_dense_until_only():
 
 
 def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
-    from andrea_exp.train import DivergenceWatch
+    from andrea_exp.training.loop import DivergenceWatch
 
     watch = DivergenceWatch(factor=2.0, patience=2)
     watch.load_state({"initial_loss": 1.0})
@@ -158,7 +158,7 @@ def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
 
 
 def test_adam_betas_and_weight_decay_come_from_the_settings():
-    from andrea_exp.train import build_model, build_optimizer
+    from andrea_exp.training.loop import build_model, build_optimizer
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose("config", overrides=[*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3"])
@@ -178,7 +178,7 @@ def test_one_warmup_step_starts_at_half_the_lr(tmp_path):
 
 
 def test_a_fresh_divergence_watch_has_no_streak():
-    from andrea_exp.train import DivergenceWatch
+    from andrea_exp.training.loop import DivergenceWatch
 
     assert DivergenceWatch(factor=2.0, patience=3).state() == {"initial_loss": None, "diverge_streak": 0}
 
@@ -186,10 +186,10 @@ def test_a_fresh_divergence_watch_has_no_streak():
 def test_tokens_per_s_over_a_short_window_that_starts_late():
     # a clock that does not start at 0, and a window shorter than 1 s: 2 steps x 50 tokens in 0.5 s
     try:
-        from andrea_exp.logwindow import LogWindow
+        from andrea_exp.training.logwindow import LogWindow
     except ImportError:
-        from andrea_exp.train import LogWindow
-    from andrea_exp import metric_keys as K
+        from andrea_exp.training.loop import LogWindow
+    from andrea_exp.runs import metric_keys as K
 
     clock = iter([100.0, 100.5, 101.0])  # start, flush, restart
     window = LogWindow(tokens_per_step=50, grad_clip=0.0, clock=lambda: next(clock))

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from andrea_exp.cli import CONF_DIR
-from andrea_exp.config import command_line_error
+from andrea_exp.config.validation import command_line_error
+from andrea_exp.launch.cli import CONF_DIR
 
 # (overrides, the setting the message must name, a fragment saying what is allowed)
 BAD = [
@@ -74,7 +74,10 @@ BAD = [
     (["train.warmup_steps=100", "train.max_steps=50"], "train.warmup_steps (100)", "<= train.max_steps (50)"),
     (["data=tokens"], "data.path", "must name a directory holding train.bin and val.bin when data=tokens; got nothing"),
     (["data=tokens", "data.path=/no/such/dir"], "data.path", "does not exist; data=tokens needs a directory"),
-    (["probe.dead_jac=-1"], "probe.dead_jac", "finite number >= 0"),
+    (["probe.dead_jac=-1"], "probe.dead_jac", "finite number > 0"),
+    # a zero threshold counts no row as dead: refused with the other settings, before the data or model are built
+    (["probe.dead_jac=0"], "probe.dead_jac", "finite number > 0; got 0"),
+    (["probe.dead_grad=0"], "probe.dead_grad", "finite number > 0; got 0"),
     (["train.keep_checkpoints=-1"], "train.keep_checkpoints", "integer >= 0"),
     # a sweep is checked cell by cell before its first cell runs, naming the bad value
     (["-m", "model.d_k=16,0"], "model.d_k", "got 0 (sweep value model.d_k=0)"),

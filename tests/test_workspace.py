@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from andrea_exp.metric_keys import ATTN_JAC_NORM, ATTN_QK_SPECTRAL, GRAD_NORM, GRAD_SCORES_DEAD_FRAC, METRICS
-from andrea_exp.workspace import AXES, TARGET, build_workspace
+from andrea_exp.runs.metric_keys import ATTN_JAC_NORM, ATTN_QK_SPECTRAL, GRAD_NORM, GRAD_SCORES_DEAD_FRAC, METRICS
+from andrea_exp.runs.workspace import AXES, TARGET, build_workspace
 
 # optional dependency (the `workspace` extra): without it this file skips instead of breaking collection
 wr = pytest.importorskip("wandb_workspaces.reports.v2")
@@ -71,7 +71,7 @@ def test_the_sweep_filter_and_the_saved_form():
 def test_console_command_prints_without_saving(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "andrea_exp.workspace", "--entity", "E", "--project", "P",
+    proc = subprocess.run([sys.executable, "-m", "andrea_exp.runs.workspace", "--entity", "E", "--project", "P",
                            "--group", "G"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "workspace 'sweep G' for E/P" in proc.stdout

@@ -2,14 +2,16 @@
 
 runs.py reads run directories (anything under the given paths with `.hydra/` and a summary or metrics
 file); cells.py groups them into experiments and cells (seeds are replicates; only scientific settings,
-andrea_exp.schema.is_scientific, split runs); claims/ measures C1-C9 (experiments/CLAIMS.md), static.py
+andrea_exp.config.schema.is_scientific, split runs); claims/ measures C1-C9 (experiments/CLAIMS.md), static.py
 the parts that need no training; rules.py turns each claim's checks into a verdict; lr.py adds the
 learning-rate sensitivity; markdown.py writes DIR/report.md, figures.py DIR/figures/*.png.
+
+May import: config, runs, data, model, instruments, training.
 """
 
 from pathlib import Path
 
-from andrea_exp.schema import CONF_DIR  # noqa: F401  (the Hydra configs the runs were composed from)
+from andrea_exp.config.schema import CONF_DIR  # noqa: F401  (the Hydra configs the runs were composed from)
 
 REPO_DIR = Path(__file__).resolve().parent.parent.parent
 CLAIMS_FILE = REPO_DIR / "experiments" / "CLAIMS.md"  # what each claim says; the report links to it

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.errors import describe_os_error, unwritable
+from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.report.markdown import NoRuns, write_report
 
 DEFAULT_OUT = "report"  # beside the runs: SWEEP_DIR/report for one directory, ./report for several

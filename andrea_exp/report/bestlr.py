@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import LR, LR_SWEEP, Cell
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import stat
+from andrea_exp.runs import metric_keys as mk
 
 
 def final_loss(run: Run) -> float | None:

@@ -1,6 +1,6 @@
 """Runs -> experiments -> cells. Nothing here is hand-listed: what splits runs comes from the runs themselves.
 
-- A study axis is a scientific setting (andrea_exp.schema.is_scientific) that takes more than one value
+- A study axis is a scientific setting (andrea_exp.config.schema.is_scientific) that takes more than one value
   among the runs of one sweep: what some sweep swept (d_k, scale, lr, weight_decay, ...).
 - An experiment is the runs that agree on every other scientific setting (model size, data, schedule): runs
   of several presets with one setup pool (claims_grid's unit-init cells serve qk_init), and one preset run
@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from andrea_exp.config.schema import is_scientific
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import sort_key
-from andrea_exp.schema import is_scientific
 
 # Display preference only: these axes come first in labels and tables, the rest in name order.
 PREFERRED_AXES = ("model.d_k", "model.scale", "model.causal", "model.qk_init", "model.qk_layernorm",

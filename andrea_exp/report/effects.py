@@ -18,12 +18,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.bestlr import final_loss, lr_groups
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import EARLY_WINDOW, paired, window_mean
 from andrea_exp.report.stats import Stat, stat
+from andrea_exp.runs import metric_keys as mk
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
 from andrea_exp.report.bestlr import capped_final
 from andrea_exp.report.cells import LR, Cell
@@ -16,6 +15,7 @@ from andrea_exp.report.lr import lr_sensitivity
 from andrea_exp.report.seeds import seed_vote
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 EXPERIMENT = "extras"
 TRAINS_PROGRESS = 0.5  # an LR "trains" a cell when >= 2/3 of its seeds finish with progress >= 0.5

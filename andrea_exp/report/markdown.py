@@ -8,7 +8,6 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import CLAIMS_FILE, REPO_DIR, figures, rules, seeds
 from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
 from andrea_exp.report.claims import all_claims
@@ -31,7 +30,8 @@ from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import Cells
-from andrea_exp.runfacts import code_sha, git_facts
+from andrea_exp.runs import metric_keys as mk
+from andrea_exp.training.runfacts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
 THIN_WARNING = ("WARNING: a voted check behind this verdict rests on one seed of its place's several (the others "

@@ -1,7 +1,7 @@
 """Runs on disk -> Run objects: the resolved config (flattened), summary.json and metrics.jsonl of each run.
 
 Reads only what the training loop writes (`.hydra/`, `metrics.jsonl`, `summary.json`, through
-andrea_exp.rundir); nothing here needs W&B.
+andrea_exp.runs.rundir); nothing here needs W&B.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from andrea_exp import metric_keys as mk
-from andrea_exp.choices import normalize_scale
-from andrea_exp.rundir import (
+from andrea_exp.config.choices import normalize_scale
+from andrea_exp.runs import metric_keys as mk
+from andrea_exp.runs.rundir import (
     CHECKPOINT_DIR,
     HYDRA_DIR,
     MAPS_DIR,

@@ -9,7 +9,6 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims.common import ClaimResult
 from andrea_exp.report.effects import THRESHOLDS, References, best_lr_cells, loss_or_l0, progress_of
@@ -29,6 +28,7 @@ from andrea_exp.report.verdicts import (
     c7_leak,
     c9_flat,
 )
+from andrea_exp.runs import metric_keys as mk
 
 # the per-check rule's words for a built-in check, in the words of the effect-size verdicts
 OLD_WORDS = {"holds only under a stated condition": "holds where", "partly holds": "holds where"}

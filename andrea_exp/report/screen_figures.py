@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.effects import References, best_lr_cells, loss_or_l0, twins
 from andrea_exp.report.growth import curve
 from andrea_exp.report.stats import stat
 from andrea_exp.report.verdicts import Cells, is_causal
+from andrea_exp.runs import metric_keys as mk
 
 REF_STYLES = {"floor": ":", "bigram": "--", "unigram": "-."}
 # one colour per setting in every figure, so a reader learns them once

@@ -12,11 +12,11 @@ import json
 import math
 from collections.abc import Callable
 
+from andrea_exp.config.schema import is_scientific
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.rules import Check
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import stat
-from andrea_exp.schema import is_scientific
 
 SEED_PASS_SHARE = 2 / 3  # a place passes when >= 2/3 of its seeds pass
 MIN_STEPS = 200  # runs planned shorter than this (and > 0) get a warning in the header and their verdicts

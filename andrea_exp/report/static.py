@@ -12,8 +12,8 @@ import math
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp.attention import explicit_attention, future_mask, scale_factor
-from andrea_exp.model import Andrea, ModelConfig
+from andrea_exp.model.attention import explicit_attention, future_mask, scale_factor
+from andrea_exp.model.decoder import Andrea, ModelConfig
 from andrea_exp.report import CONF_DIR
 
 CLAIMED_DOT_STD = {64: 8.0, 256: 16.0, 4096: 64.0}  # C2's numbers

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell
 from andrea_exp.report.effects import (
     FAILS,
@@ -41,6 +40,7 @@ from andrea_exp.report.effects import (
 )
 from andrea_exp.report.seeds import distinct_cells, per_seed
 from andrea_exp.report.stats import sort_key
+from andrea_exp.runs import metric_keys as mk
 
 CONDITIONAL = "holds where"
 

@@ -27,7 +27,7 @@ def claim(study: Study) -> ClaimResult:
              "scores per head per sequence."] if seq_lens else []
     return ClaimResult(
         "C1", "One head computes a (T, T) score matrix; T = 1024 gives 1,048,576 scores",
-        "andrea_exp.attention.explicit_attention on one head (B=1, H=1, d_k=64) at T = 64..1024; shape and "
+        "andrea_exp.model.attention.explicit_attention on one head (B=1, H=1, d_k=64) at T = 64..1024; shape and "
         "element count of its `scores` stage.",
         "holds when the scores stage has shape (T, T) and T = 1024 gives exactly 1,048,576 entries.",
         checks, verdict(checks),

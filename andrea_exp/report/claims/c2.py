@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from andrea_exp import metric_keys as mk
-from andrea_exp.attention import scale_factor
+from andrea_exp.model.attention import scale_factor
 from andrea_exp.report import figures, static
 from andrea_exp.report.claims.common import (
     ClaimResult,
@@ -17,6 +16,7 @@ from andrea_exp.report.seeds import seed_check
 from andrea_exp.report.stats import Stat, stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 C2_SYNTH_TOL = 0.10  # random vectors: |std / claimed - 1| <= 10 %
 C2_MODEL_TOL = 0.25  # a real model's q, k are neither independent nor exactly unit variance: 25 %

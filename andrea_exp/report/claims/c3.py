@@ -5,7 +5,6 @@ Where it does not (e.g. small-std q/k inits), the place is shown and not measure
 
 from __future__ import annotations
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims.common import (
@@ -21,6 +20,7 @@ from andrea_exp.report.rules import CONDITIONAL, HOLDS, NOT_MEASURED, Check, Ver
 from andrea_exp.report.seeds import paired, seed_check
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 RAW_STD_PREMISE = 4.0  # the claim needs raw scores with std >> 1: std of the unscaled scores at init >= 4
 PREMISE = f"unscaled score std at init >= {RAW_STD_PREMISE:g}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
 from andrea_exp.report.bestlr import best_lr_cells
 from andrea_exp.report.cells import Cell
@@ -25,6 +24,7 @@ from andrea_exp.report.seeds import paired, seed_check
 from andrea_exp.report.stats import sort_key, stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 STALL_RATIO = 0.5  # "stalls": closes less than half the share of (l_0 - floor) that its scaled twin closes
 

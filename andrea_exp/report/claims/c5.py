@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import figures
 from andrea_exp.report.claims.common import (
     PEAKED_MAX_PROB,
@@ -23,6 +22,7 @@ from andrea_exp.report.rules import Check, verdict
 from andrea_exp.report.seeds import per_seed, seed_check, window_mean
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 UNIT_SCALE = (0.5, 2.0)  # "near unit scale": score std within a factor 2 of 1
 INVARIANCE_FACTOR = 2.0  # "whatever d_k": std at the largest d_k within 2x of that at the smallest

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.bestlr import best_lr_cells
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims.common import (
@@ -24,6 +23,7 @@ from andrea_exp.report.seeds import per_seed, seed_check, seed_vote
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 LEAK_MARGIN = 0.02  # nats below the floor that count as "below" when a run records no floor standard error
 FLOOR_SE_KEY = mk.EVAL_FLOOR_SE  # the floor's sampling standard error, recorded by runs since it was added

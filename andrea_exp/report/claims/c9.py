@@ -3,7 +3,6 @@ Judged on row instruments (claims.vanish): the median row gradient and dead-row 
 
 from __future__ import annotations
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.claims import vanish
 from andrea_exp.report.claims.common import (
     ClaimResult,
@@ -15,6 +14,7 @@ from andrea_exp.report.rules import Check, verdict
 from andrea_exp.report.seeds import per_seed, seed_check
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.runs import metric_keys as mk
 
 C9_FALL_RATIO = 0.5  # unscaled median row gradient at the largest d_k <= half of that at the smallest
 C9_FLAT_FACTOR = 2.0  # scaled median row gradient within 2x across d_k

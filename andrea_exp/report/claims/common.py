@@ -7,12 +7,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.bestlr import final_loss  # noqa: F401  (claims and lr.py read it from here)
 from andrea_exp.report.cells import INIT_ONLY, Cell, short
 from andrea_exp.report.rules import Check, Verdict, progress
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import Stat, sort_key, stat
+from andrea_exp.runs import metric_keys as mk
 
 # Thresholds more than one claim uses (each claim module holds its own; all are printed beside the verdict).
 PEAKED_MAX_PROB = 0.5  # a row is dominated by one position when its max probability is >= 0.5 (mean over rows)

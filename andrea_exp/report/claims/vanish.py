@@ -11,12 +11,12 @@ over time, never voted: one large row can carry a total while most rows are dead
 
 from __future__ import annotations
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims.common import at_end, at_init, context_label
 from andrea_exp.report.rules import Check
 from andrea_exp.report.seeds import EARLY_WINDOW, paired, seed_check, window_mean
 from andrea_exp.report.stats import stat
+from andrea_exp.runs import metric_keys as mk
 
 DEAD_FRAC_GAP = 0.5  # unscaled has at least half of all rows more dead than its scaled twin
 VANISH_RATIO = 0.1  # the unscaled median row gradient is at least 10x smaller than the scaled twin's

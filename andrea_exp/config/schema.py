@@ -1,0 +1,293 @@
+"""The settings' schema: one typed dataclass per config group, registered in Hydra's ConfigStore.
+
+conf/config.yaml starts its defaults list with `base_config` (the `Config` below), so every yaml file
+in conf/ extends this schema: a key the schema lacks, or a value of the wrong type, is refused when
+Hydra composes. The yaml files hold the values; this module holds, beside each field, its type, the
+rule its value must follow (`rule`), whether it can change what a run measures (`operational`) and,
+for data settings, which data sources read it (`sources`). validate(), is_scientific() and
+SCIENTIFIC_KEYS are derived from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, ListConfig
+
+from andrea_exp.config.choices import (
+    ATTN_IMPLS,
+    LOSS_IMPLS,
+    QK_INITS,
+    SDPA_BACKEND_NAMES,
+    normalize_attn_stats,
+    normalize_mask_fill,
+    normalize_scale,
+)
+from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: raised by the rules below)
+
+
+def find_conf_dir(package_dir: Path) -> Path:
+    """The configs shipped inside the package (an installed wheel) or, in a checkout, the top-level conf/."""
+    for candidate in (package_dir / "conf", package_dir.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    return package_dir.parent / "conf"  # Hydra then names the missing directory
+
+
+CONF_DIR = find_conf_dir(Path(__file__).resolve().parent.parent)
+
+LOGGER_MODES = ("auto", "online", "offline", "disabled")
+DATA_SOURCES = ("markov", "text", "tokens")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PROGRESS = ("auto", True, False)
+BOOLS = (True, False)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+# ------------------------------------------------------------------ rules: each says what is allowed in one line
+
+
+@dataclass(frozen=True)
+class Integer:
+    minimum: int = 0
+
+    def check(self, key: str, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            raise ConfigError(f"{key} must be an integer >= {self.minimum}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class Finite:
+    low: float | None = None
+    low_inclusive: bool = True
+    high: float | None = None
+
+    def check(self, key: str, value) -> None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and self.low is not None:
+            ok = value >= self.low if self.low_inclusive else value > self.low
+        if ok and self.high is not None:
+            ok = value <= self.high
+        if not ok:
+            bounds = []
+            if self.low is not None:
+                bounds.append(f"{'>=' if self.low_inclusive else '>'} {self.low:g}")
+            if self.high is not None:
+                bounds.append(f"<= {self.high:g}")
+            raise ConfigError(f"{key} must be a finite number {' and '.join(bounds)}; got {value!r}".replace("  ", " "))
+
+
+@dataclass(frozen=True)
+class Choice:
+    allowed: tuple
+
+    def check(self, key: str, value) -> None:
+        # 1 == True in Python: a bool choice must not accept the integer 1
+        if value not in self.allowed or (isinstance(value, int) and not isinstance(value, bool)
+                                         and any(isinstance(a, bool) for a in self.allowed)):
+            raise ConfigError(f"{key} must be one of {', '.join(map(str, self.allowed))}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """Accepted when `normalize(value)` accepts it; its ValueError is already the one line."""
+    normalize: Any
+
+    def check(self, key: str, value) -> None:
+        try:
+            self.normalize(value)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+
+class Device:
+    def check(self, key: str, value) -> None:
+        device = str(value)
+        if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+            raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N; got {device!r}")
+
+
+class Text:
+    def check(self, key: str, value) -> None:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string; got {value!r}")
+
+
+class TextList:
+    def check(self, key: str, value) -> None:
+        if not isinstance(value, (list, tuple, ListConfig)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key} must be a list of strings; got {value!r}")
+
+
+def setting(rule, *, operational: bool = False, optional: bool = False, sources: tuple[str, ...] | None = None):
+    """A schema field; its value comes from the yaml files in conf/.
+
+    optional: null is allowed (and skips the rule). sources: the data sources that read it; for the
+    others it must stay null.
+    """
+    return field(default=None if optional or sources else MISSING,
+                 metadata={"rule": rule, "operational": operational, "optional": optional or bool(sources),
+                           "sources": sources})
+
+
+# ------------------------------------------------------------------ the schema, one dataclass per group
+
+
+@dataclass
+class ModelSchema:
+    name: str = setting(Text(), operational=True)  # a preset's label; its fields carry the science
+    d_model: int = setting(Integer(1))
+    n_layer: int = setting(Integer(1))
+    n_head: int = setting(Integer(1))
+    d_k: int = setting(Integer(1))
+    d_v: int = setting(Integer(1))
+    block_size: int = setting(Integer(1))
+    scale: Any = setting(Normalized(normalize_scale))  # "sqrt" / "none" / "inv" / true / false
+    causal: bool = setting(Choice(BOOLS))
+    mask_fill: Any = setting(Normalized(normalize_mask_fill))  # "-inf" or a number
+    qk_init: str = setting(Choice(QK_INITS))
+    qk_layernorm: bool = setting(Choice(BOOLS))
+    attn_impl: str = setting(Choice(ATTN_IMPLS))
+    mlp_ratio: int = setting(Integer(1))
+    dropout: float = setting(Finite(low=0, high=1))
+    vocab_size: int | None = setting(Integer(1), optional=True)  # null: the data's
+    # how the same model is computed, not what it is: kernels and fusions that leave the results unchanged
+    sdpa_backend: str = setting(Choice(("auto", *SDPA_BACKEND_NAMES)), operational=True)
+    fused_qkv: bool = setting(Choice(BOOLS), operational=True)
+    loss_impl: str = setting(Choice(LOSS_IMPLS), operational=True)
+    loss_chunk_rows: int = setting(Integer(1), operational=True)
+
+
+@dataclass
+class DataSchema:
+    """One schema for every source; a source-specific field is null for the sources that do not read it."""
+    name: str = setting(Choice(DATA_SOURCES))
+    seq_len: int = setting(Integer(1))
+    train_sequences: int | None = setting(Integer(1), optional=True)  # null (data=tokens): every window
+    eval_sequences: int = setting(Integer(1))
+    vocab_size: int | None = setting(Integer(1), sources=("markov", "text", "tokens"))
+    order: int | None = setting(Integer(1), sources=("markov",))
+    branching: int | None = setting(Integer(1), sources=("markov",))
+    concentration: float | None = setting(Finite(low=0, low_inclusive=False), sources=("markov",))
+    table_seed: int | None = setting(Integer(0), sources=("markov",))
+    path: str | None = setting(Text(), sources=("text", "tokens"))  # checked against the disk by config.validate
+
+
+@dataclass
+class TrainSchema:
+    max_steps: int = setting(Integer(0))
+    batch_size: int = setting(Integer(1))
+    lr: float = setting(Finite(low=0, low_inclusive=False))
+    min_lr_ratio: float = setting(Finite(low=0, high=1))
+    warmup_steps: int = setting(Integer(0))
+    weight_decay: float = setting(Finite(low=0))
+    beta1: float = setting(Finite(low=0, high=0.999999))
+    beta2: float = setting(Finite(low=0, high=0.999999))
+    grad_clip: float = setting(Finite(low=0))
+    eval_every: int = setting(Integer(0), operational=True)
+    log_every: int = setting(Integer(1), operational=True)
+    ckpt_every: int = setting(Integer(0), operational=True)
+    keep_checkpoints: int = setting(Integer(0), operational=True)
+    resume: bool = setting(Choice(BOOLS), operational=True)
+    overwrite: bool = setting(Choice(BOOLS), operational=True)  # train over a run already in the directory
+    compile: bool = setting(Choice(BOOLS), operational=True)
+    compile_mode: str = setting(Choice(COMPILE_MODES), operational=True)
+    cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results
+    # the training batch's attention statistics (instruments.attn_stats): they read the forward, never change it
+    attn_stats: Any = setting(Normalized(normalize_attn_stats), operational=True)  # every | off
+    attn_stats_every: int = setting(Integer(1), operational=True)
+    attn_stats_per_head: bool = setting(Choice(BOOLS), operational=True)
+    device: str = setting(Device(), operational=True)
+    precision: str = setting(Choice(PRECISIONS))
+    diverge_factor: float = setting(Finite(low=1, low_inclusive=False))
+    diverge_patience: int = setting(Integer(1))
+    sample_tokens: int = setting(Integer(0), operational=True)
+    # an unmasked model's generation loss on the first n held-out windows (null: all): T/2 forwards a window
+    generation_sequences: int | None = setting(Integer(1), operational=True, optional=True)
+    progress: Any = setting(Choice(PROGRESS), operational=True)
+    progress_every: int = setting(Integer(0), operational=True)
+
+
+@dataclass
+class ProbeSchema:
+    # Probes read the model on a fixed held-out batch and never change training, so every probe setting
+    # is operational, the thresholds (dead_jac, dead_grad) and dense schedule included: they change what
+    # is measured, not the run, and runs that differ only in them are the same experiment.
+    every: int = setting(Integer(0), operational=True)
+    batch_size: int = setting(Integer(1), operational=True)
+    maps_every: int = setting(Integer(0), operational=True)
+    maps_heads: int = setting(Integer(1), operational=True)
+    per_head: bool = setting(Choice(BOOLS), operational=True)
+    dead_jac: float = setting(Finite(low=0, low_inclusive=False), operational=True)
+    dead_grad: float = setting(Finite(low=0, low_inclusive=False), operational=True)
+    dense_until: int = setting(Integer(0), operational=True)
+    dense_every: int = setting(Integer(0), operational=True)
+
+
+@dataclass
+class LoggerSchema:
+    mode: str = setting(Choice(LOGGER_MODES), operational=True)
+    project: str = setting(Text(), operational=True)
+    entity: str | None = setting(Text(), operational=True, optional=True)
+    group: str | None = setting(Text(), operational=True, optional=True)
+    tags: list[str] = field(default_factory=list, metadata={"rule": TextList(), "operational": True,
+                                                             "optional": False, "sources": None})
+
+
+@dataclass
+class Config:
+    model: ModelSchema = field(default_factory=ModelSchema)
+    data: DataSchema = field(default_factory=DataSchema)
+    train: TrainSchema = field(default_factory=TrainSchema)
+    probe: ProbeSchema = field(default_factory=ProbeSchema)
+    logger: LoggerSchema = field(default_factory=LoggerSchema)
+    seed: int = setting(Integer(0), operational=True)  # the replicate
+    name: str = setting(Text(), operational=True)
+    cells_per_gpu: int = setting(Integer(1), operational=True)
+    mps: Any = setting(Choice(("auto", True, False)), operational=True)
+
+
+ConfigStore.instance().store(name="base_config", node=Config)
+
+# groups Hydra manages beside the settings: all operational
+_OPERATIONAL_PREFIXES = ("hydra.", "launcher.")
+
+
+_GROUP_TYPES = {"model": ModelSchema, "data": DataSchema, "train": TrainSchema, "probe": ProbeSchema,
+                "logger": LoggerSchema}
+
+
+def settings() -> dict[str, dataclasses.Field]:
+    """Every setting's dotted key and its schema field (groups first, then the top level)."""
+    found = {}
+    for group, schema in _GROUP_TYPES.items():
+        for f in dataclasses.fields(schema):
+            found[f"{group}.{f.name}"] = f
+    for f in dataclasses.fields(Config):
+        if f.name not in _GROUP_TYPES:
+            found[f.name] = f
+    return found
+
+
+SETTINGS: dict[str, dataclasses.Field] = settings()
+GROUPS: tuple[str, ...] = tuple(_GROUP_TYPES)
+SCIENTIFIC_KEYS: tuple[str, ...] = tuple(key for key, f in SETTINGS.items() if not f.metadata["operational"])
+
+
+def is_scientific(dotted_key: str) -> bool:
+    """False for the replicate (seed), naming, launcher, logging, cadence, device and probe settings.
+
+    A key the schema does not know (outside hydra./launcher.) counts as scientific: when in doubt,
+    runs that differ in it are not pooled.
+    """
+    if dotted_key.startswith(_OPERATIONAL_PREFIXES) or dotted_key in ("hydra", "launcher"):
+        return False
+    if dotted_key in _GROUP_TYPES:  # a whole group: scientific when any of its settings is
+        return any(key.startswith(dotted_key + ".") for key in SCIENTIFIC_KEYS)
+    f = SETTINGS.get(dotted_key)
+    return f is None or not f.metadata["operational"]

@@ -1,0 +1,282 @@
+"""An instrumented forward and backward pass on a fixed held-out batch.
+
+Every `probe.every` steps the train loop asks for `Probe.measure(step)`: the explicit attention path
+runs on the probe batch in float32, and the result is softmax peakiness per layer (and head),
+pre-softmax score statistics, q/k spread, and gradient norms, including d loss / d scores, the
+gradient that passes through softmax.
+
+A probe never changes training: gradients come from torch.autograd.grad (parameters' .grad fields
+are untouched), no optimiser step runs, random streams are forked and restored, train/eval mode is
+restored, and capture is switched off even when something fails. All metric tensors are gathered
+into one tensor and copied to the host once per probe.
+
+Averaging (all plain means, every row weighted equally):
+- a head's entropy / max_prob / saturated_frac is the mean over the batch and query rows;
+  entropy_norm skips rows with one visible key (log 1 = 0);
+- a head's score_std / score_max are the std / max over all its visible (unmasked) entries;
+- `attn/L{l}/<stat>` is the mean over the layer's heads; `attn/<stat>` the mean over layers
+  (so, every layer having the same heads and rows, the mean over layers, heads and rows);
+- `attn/L{l}/q_std`, `k_std`: population std of all q (k) components of the layer, heads pooled;
+  `attn/q_std`, `attn/k_std`: their mean over layers;
+- `grad/L{l}/scores`: L2 norm of d loss / d scores of the layer (masked entries get exactly 0);
+  `grad/scores`: the global L2 norm over layers; `grad/...` of parameters: joint L2 norm per group.
+
+Per row, over the query rows with more than one visible key (a causal row 0 sees one key and is left
+out; without the mask every row counts), each layer's rows being its (batch, head, query) triples:
+- `attn/L{l}/jac_norm`: mean Frobenius norm of the softmax Jacobian diag(p) - p p^T of the row;
+  `attn/L{l}/jac_dead_frac`: share of rows whose norm is below `probe.dead_jac` (default 1e-3);
+- `grad/L{l}/scores_row_p10|p50|p90`: quantiles (linear interpolation) of the row norms
+  ||d loss / d S_i||_2, loss = the probe's mean token cross-entropy; `grad/L{l}/scores_dead_frac`:
+  share of rows below `probe.dead_grad` (default 1e-6); `grad/L{l}/scores_top10_share`: share of
+  the summed squared row norms carried by the top ceil(10%) of rows. The loss being a mean over the
+  probe's B * T tokens, a row norm scales like 1 / (B * T): compare these readings, and the fixed
+  dead_grad threshold, between runs of the same probe.batch_size and sequence length.
+- Pooled: means and fractions (jac_norm, jac_dead_frac, scores_dead_frac) are the mean over layers
+  of the per-layer values (every layer has the same rows, so also the mean over all rows); quantiles
+  and top10_share are taken over all rows of all layers together, not averaged over layers.
+- `attn/L{l}/qk_spectral`: the largest singular value over the layer's heads of the logit's bilinear
+  form scale * W_q^h^T W_k^h (d_model x d_model; the projections have no bias). With QK-LayerNorm the
+  projections' size is normalised away, and the value is instead that of scale * C diag(g_q * g_k) C,
+  g the two LayerNorms' gains (shared by the heads) and C the centring, the form acting on the
+  standardised query and key (norm ~ sqrt(d_k)); LayerNorm biases are left out.
+  `attn/qk_spectral`: the max over layers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from andrea_exp.instruments.maps import save_attention_maps
+from andrea_exp.instruments.metrics import (
+    component_std,
+    first_kept_row,
+    head_attention_stats,
+    qk_layernorm_spectral_norm,
+    qk_spectral_norm,
+    row_gradient_stats,
+    softmax_jacobian_norm,
+)
+from andrea_exp.runs import metric_keys as mk
+
+ATTN_STATS = ("entropy", "entropy_norm", "max_prob", "saturated_frac", "score_std", "score_max")
+DEAD_JAC = 1e-3  # probe.dead_jac: a row whose softmax Jacobian norm is below this passes no gradient
+DEAD_GRAD = 1e-6  # probe.dead_grad: a row whose ||d loss / d S_i|| is below this learns nothing
+# row_gradient_stats name -> pooled key; the per-layer key is metric_keys.per_layer(key, l)
+ROW_GRAD_KEYS = {"row_p10": mk.GRAD_SCORES_ROW_P10, "row_p50": mk.GRAD_SCORES_ROW_P50,
+                 "row_p90": mk.GRAD_SCORES_ROW_P90, "dead_frac": mk.GRAD_SCORES_DEAD_FRAC,
+                 "top10_share": mk.GRAD_SCORES_TOP10_SHARE}
+
+
+def _positive_float(probe_cfg, name: str, default: float) -> float:
+    value = probe_cfg.get(name, default)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not number > 0 or number == float("inf"):
+        raise ValueError(f"probe.{name} must be a finite number > 0; got {value!r}")
+    return number
+
+
+class Probe:
+    def __init__(self, model, tokens: torch.Tensor, probe_cfg, run_dir: Path):
+        """model: the raw (uncompiled, unwrapped) Andrea; tokens: (B, T+1) held-out batch on its device."""
+        if tokens.dim() != 2 or tokens.size(1) < 2:
+            raise ValueError(f"probe tokens must have shape (B, T+1) with T >= 1; got {tuple(tokens.shape)}")
+        maps_heads = int(probe_cfg.get("maps_heads", 4))
+        if maps_heads < 1:
+            raise ValueError(f"probe.maps_heads must be an integer >= 1; got {maps_heads!r}")
+        per_head = probe_cfg.get("per_head", False)
+        if per_head not in (True, False):
+            raise ValueError(f"probe.per_head must be one of true, false; got {per_head!r}")
+        self.model = model
+        self.tokens = tokens
+        self.per_head = bool(per_head)
+        self.maps_heads = maps_heads
+        self.dead_jac = _positive_float(probe_cfg, "dead_jac", DEAD_JAC)
+        self.dead_grad = _positive_float(probe_cfg, "dead_grad", DEAD_GRAD)
+        self.map_dir = Path(run_dir) / "attention_maps"
+        self.n_layer = len(model.blocks)
+        self.n_head = model.cfg.n_head
+        self.causal = bool(model.cfg.causal)
+        groups = self._param_groups()
+        self.params = list({id(p): p for ps in groups.values() for p in ps}.values())  # tied weights once
+        column = {id(p): i for i, p in enumerate(self.params)}
+        membership = torch.zeros(len(groups), len(self.params))  # (G, P): which tensors each norm covers
+        for g, ps in enumerate(groups.values()):
+            for p in ps:
+                membership[g, column[id(p)]] = 1.0
+        self.group_names = list(groups)
+        self.membership = membership.to(tokens.device)
+
+    @contextlib.contextmanager
+    def _instrumented(self):
+        """Eval mode (dropout off), forked RNG, capture on; everything restored on exit, error or not."""
+        model = self.model
+        device = self.tokens.device
+        was_training = model.training
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # the CPU stream always, the probe's GPU when on one
+            try:
+                model.eval()
+                yield model.set_capture(True)
+            finally:
+                model.set_capture(False)
+                model.train(was_training)
+
+    def _param_groups(self) -> dict[str, list[torch.Tensor]]:
+        """Metric name -> the parameters whose joint gradient norm it reports."""
+        m = self.model
+        groups: dict[str, list[torch.Tensor]] = {}
+        for li, block in enumerate(m.blocks):
+            attn = block.attn
+            groups[f"grad/L{li}/q"] = [*attn.q.parameters(), *attn.q_norm.parameters()]
+            groups[f"grad/L{li}/k"] = [*attn.k.parameters(), *attn.k_norm.parameters()]
+            groups[f"grad/L{li}/v"] = list(attn.v.parameters())
+            groups[f"grad/L{li}/o"] = list(attn.o.parameters())
+            groups[f"grad/L{li}/mlp"] = list(block.mlp.parameters())
+        groups["grad/embed"] = [m.tok_emb.weight, m.pos_emb.weight]
+        # With tied embeddings (the default) head.weight IS tok_emb.weight: one tensor whose gradient
+        # sums the input and output uses, so grad/head reports that same tied gradient.
+        groups["grad/head"] = [m.head.weight]
+        return groups
+
+    def measure(self, step: int) -> dict:
+        """Metrics of the probe batch at this step (see the module docstring for the averaging).
+
+        Memory: each layer's scores, pattern, q and k are reduced as soon as its attention has run (a
+        forward hook), and d loss / d scores as soon as the backward pass reaches it (a tensor hook), so
+        no (L, B, H, T, T) tensor is ever built and only one layer's (B, H, T, T) gradient lives at a
+        time; what is kept per layer are (H,)-sized statistics and the (N,) row norms. The patterns
+        the backward pass needs are the probe's only full-size tensors across layers.
+        """
+        x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
+        L, H = self.n_layer, self.n_head
+        first = first_kept_row(x.size(1), x.size(1), self.causal)
+        names: list[str] = []
+        pieces: list[torch.Tensor] = []
+
+        def put(keys: list[str], values: torch.Tensor) -> None:
+            names.extend(keys)
+            pieces.append(values.detach().float().reshape(-1))
+
+        forward: list[dict] = [{} for _ in range(L)]  # per layer: head stats, q/k std, jac stats
+        backward: list[dict] = [{} for _ in range(L)]  # per layer: d loss / d scores norm and row norms
+        with self._instrumented() as stages, torch.enable_grad(), \
+                torch.autocast(device_type=self.tokens.device.type, enabled=False), \
+                self._layer_hooks(stages, first, forward, backward):
+            _, loss = self.model(x, y)
+            grads = torch.autograd.grad(loss, self.params, allow_unused=True)  # fires the scores' hooks
+            param_grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
+
+            put(["probe/loss"], loss)
+            for stat in ATTN_STATS:
+                per_head = torch.stack([layer["head"][stat] for layer in forward])  # (L, H)
+                per_layer = per_head.mean(-1)  # (L,): mean over heads
+                put([f"attn/L{li}/{stat}" for li in range(L)] + [f"attn/{stat}"],
+                    torch.cat([per_layer, per_layer.mean().reshape(1)]))  # then the mean over layers
+                if self.per_head:
+                    put([f"attn/L{li}/H{h}/{stat}" for li in range(L) for h in range(H)], per_head)
+            for name in ("q", "k"):
+                per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
+                put([f"attn/L{li}/{name}_std" for li in range(L)] + [f"attn/{name}_std"],
+                    torch.cat([per_layer, per_layer.mean().reshape(1)]))
+            backward = [layer or self._grad_layer_stats(torch.zeros(forward[li]["shape"], device=x.device), first)
+                        for li, layer in enumerate(backward)]  # a layer the loss does not reach: zero gradient
+            per_layer = torch.stack([layer["norm"] for layer in backward])  # (L,)
+            put([f"grad/L{li}/scores" for li in range(L)] + ["grad/scores"],
+                torch.cat([per_layer, per_layer.norm().reshape(1)]))  # global L2 over layers
+            squares = torch.stack(torch._foreach_norm(param_grads)).float() ** 2  # (P,), one fused kernel
+            put(self.group_names, (self.membership @ squares).sqrt())  # (G,)
+            self._put_row_stats(put, forward, torch.stack([layer["rows"] for layer in backward]))
+            self._put_qk_spectral(put)
+
+        host = torch.cat(pieces).cpu().tolist()  # the probe's one host sync
+        return dict(zip(names, host))
+
+    @contextlib.contextmanager
+    def _layer_hooks(self, stages: list[dict], first: int, forward: list[dict], backward: list[dict]):
+        """While active, each attention layer's forward fills forward[l] and frees its captured tensors;
+        its scores' gradient, when the backward pass computes it, fills backward[l]."""
+
+        def after_attention(li: int):
+            def hook(module, args, output):
+                stage = stages[li]
+                scores, pattern = stage.pop("scores"), stage.pop("pattern")  # (B, H, T, T) each
+                forward[li] = self._forward_layer_stats(scores, pattern, stage.pop("q"), stage.pop("k"), first)
+                if scores.requires_grad:
+                    scores.register_hook(lambda g: backward.__setitem__(li, self._grad_layer_stats(g, first)))
+            return hook
+
+        handles = [block.attn.register_forward_hook(after_attention(li)) for li, block in enumerate(self.model.blocks)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    @torch.no_grad()
+    def _forward_layer_stats(self, scores, pattern, q, k, first: int) -> dict:
+        """One layer's forward statistics; scores, pattern: (B, H, T, T); q, k: (B, H, T, d_k)."""
+        jac = softmax_jacobian_norm(pattern[..., first:, :]).reshape(-1)  # (N,), N = B * H * kept rows
+        return {"head": head_attention_stats(scores, pattern, self.causal),  # each (H,)
+                "q": component_std(q, (0, 1, 2, 3)), "k": component_std(k, (0, 1, 2, 3)),
+                "jac_norm": jac.mean(), "jac_dead_frac": (jac < self.dead_jac).float().mean(),
+                "shape": scores.shape}
+
+    @torch.no_grad()
+    def _grad_layer_stats(self, score_grad: torch.Tensor, first: int) -> dict:
+        """One layer's d loss / d scores (B, H, T, T) -> its L2 norm and the (N,) norms of its kept rows."""
+        g = score_grad.float()
+        return {"norm": torch.linalg.vector_norm(g),
+                "rows": torch.linalg.vector_norm(g[..., first:, :], dim=-1).reshape(-1)}  # (N,)
+
+    def _layer_keys(self, key: str) -> list[str]:
+        """attn/jac_norm -> [attn/L0/jac_norm, ..., attn/L{L-1}/jac_norm, attn/jac_norm]."""
+        return [mk.per_layer(key, li) for li in range(self.n_layer)] + [key]
+
+    @torch.no_grad()
+    def _put_row_stats(self, put, forward: list[dict], row_norms: torch.Tensor) -> None:
+        """Per-row Jacobian and gradient statistics over the rows with more than one visible key.
+
+        forward: each layer's Jacobian mean and dead share over its kept rows; row_norms: (L, N), each
+        layer's ||d loss / d S_i|| over its N = B * H * kept rows (the kept rows are a suffix of the
+        query axis: a slice, no host sync).
+        """
+        for key, name in ((mk.ATTN_JAC_NORM, "jac_norm"), (mk.ATTN_JAC_DEAD_FRAC, "jac_dead_frac")):
+            per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
+            put(self._layer_keys(key), torch.cat([per_layer, per_layer.mean().reshape(1)]))  # pooled: mean over layers
+        by_layer = row_gradient_stats(row_norms, self.dead_grad)  # each (L,)
+        pooled = row_gradient_stats(row_norms.reshape(-1), self.dead_grad)  # each (): all rows of all layers
+        pooled["dead_frac"] = by_layer["dead_frac"].mean()  # a fraction: the mean over layers (same value)
+        for name, key in ROW_GRAD_KEYS.items():
+            put(self._layer_keys(key), torch.cat([by_layer[name], pooled[name].reshape(1)]))
+
+    @torch.no_grad()
+    def _put_qk_spectral(self, put) -> None:
+        """attn/L{l}/qk_spectral: max over heads of the logit form's largest singular value; pooled: max over layers."""
+        attns = [block.attn for block in self.model.blocks]
+        scale = attns[0].scale
+        if self.model.cfg.qk_layernorm:
+            per_layer = qk_layernorm_spectral_norm(torch.stack([a.q_norm.weight for a in attns]),
+                                                   torch.stack([a.k_norm.weight for a in attns]), scale)  # (L,)
+        else:
+            per_head = qk_spectral_norm(torch.stack([a.q.weight for a in attns]),
+                                        torch.stack([a.k.weight for a in attns]), self.n_head, scale)  # (L, H)
+            per_layer = per_head.amax(-1)  # (L,)
+        put(self._layer_keys(mk.ATTN_QK_SPECTRAL), torch.cat([per_layer, per_layer.amax().reshape(1)]))
+
+    @torch.no_grad()
+    def draw_maps(self, step: int) -> dict[str, Path]:
+        """PNG attention maps of the first probe sequence: a few heads of layer 0 and of the last layer."""
+        with self._instrumented() as stages, torch.autocast(device_type=self.tokens.device.type, enabled=False):
+            self.model(self.tokens[:1, :-1])
+            patterns = {li: stages[li]["pattern"][0, : self.maps_heads] for li in sorted({0, self.n_layer - 1})}
+        written = {}
+        for li, pattern in patterns.items():  # pattern: (heads, T, T)
+            path = self.map_dir / f"step{step:07d}_L{li}.png"
+            written[f"attn_map/L{li}"] = save_attention_maps(pattern, path, f"layer {li}, step {step}")
+        return written

@@ -1,0 +1,65 @@
+"""The sweep's Hydra callback: says once how W&B logs the sweep, and at the end prints one table of every cell.
+
+Naming a cell (group, run name, tags) is in runs/naming.py; the table of the cells is runs/table.py.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from andrea_exp.runs.table import failed_of, read_cells, sweep_report
+from andrea_exp.runs.tracking import offline_notice, resolve_mode
+from andrea_exp.training import sweep_stop
+
+_failed: list[str] = []
+
+
+def failed_cells() -> list[str]:
+    """Cells of the last sweep in this process that failed (diverged cells are results, not failures)."""
+    return list(_failed)
+
+
+class SweepSummary(Callback):
+    """Says once how W&B logs the sweep; at the end prints the table of every cell and remembers failures."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        _failed.clear()
+        if sweep_stop.runs_cells_here(config.hydra.launcher):
+            sweep_stop.LAUNCHER.arm(config.hydra.sweep.dir)
+        mode, why = resolve_mode(str(OmegaConf.select(config, "logger.mode", default="auto")))
+        if mode == "offline":
+            sweep_dir = config.hydra.sweep.dir
+            print(offline_notice(why, f"{sweep_dir}/*/wandb/offline-run-*", f"{sweep_dir}/0/wandb"), flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        cells = read_cells(sweep_dir) if sweep_dir.is_dir() else []
+        _failed.clear()
+        _failed.extend(failed_of(cells))
+        print("\n" + sweep_report(sweep_dir, cells), flush=True)
+        sweep_stop.LAUNCHER.disarm()
+        if sweep_stop.LAUNCHER.signum is not None:
+            print(f"[andrea-exp] sweep stopped by {signal.Signals(sweep_stop.LAUNCHER.signum).name}; resume it with: "
+                  f"{sweep_resume_command(config, sweep_dir)}", flush=True)
+
+
+# set by Hydra or by the resume itself: the resume line names the sweep directory and -m instead
+_NOT_REPEATED = ("hydra.mode", "hydra.sweep.dir", "hydra.output_subdir", "train.resume")
+
+
+def overrides_without(overrides, names) -> list[str]:
+    """The command-line overrides that set none of `names` (a `+` or `~` prefix counts as the name)."""
+    return [str(o) for o in overrides if str(o).partition("=")[0].lstrip("+~") not in names]
+
+
+def sweep_resume_command(config: DictConfig, sweep_dir: Path) -> str:
+    """The command that resumes a stopped sweep: its own overrides (Hydra's and the task's, sweep axes as
+    given), train.resume=true and its sweep directory. Cells that finished are left as they are."""
+    kept = overrides_without([*config.hydra.overrides.hydra, *config.hydra.overrides.task], _NOT_REPEATED)
+    return " ".join(["andrea-exp", "-m", *map(shlex.quote, kept), "train.resume=true",
+                     f"hydra.sweep.dir={shlex.quote(str(sweep_dir))}"])

@@ -1,0 +1,168 @@
+"""The training batch's attention statistics, computed inside the attention's own forward (the model's side of
+instruments/attn_stats, which describes them): `enable` gives each layer its buffer, `record` is the hook
+Attention.forward calls, `head_stats` the computation (PyTorch here, Triton in step_stats_kernel on CUDA).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from andrea_exp.runs.metric_keys import SATURATION
+
+STATS = ("score_max", "entropy", "entropy_norm", "max_prob", "max_prob_max", "saturated_frac")
+N_STATS = len(STATS)
+KEY_CHUNK = 256  # keys per block on the PyTorch path
+
+
+# ---------------------------------------------------------------- the PyTorch path
+
+
+def row_softmax_stats(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool, key_chunk: int = KEY_CHUNK):
+    """q, k (B, H, T, d) -> each row's max m, sum l = sum exp(s - m) and a = sum exp(s - m) (s - m) over its visible
+    keys, (B, H, T) float32 each.
+
+    Online over blocks of `key_chunk` keys: only (B, H, T, key_chunk) scores exist at a time.
+    """
+    q, k = q.detach().float(), k.detach().float()
+    B, H, T, _ = q.shape
+    m = q.new_full((B, H, T), -math.inf)
+    total, a = q.new_zeros((B, H, T)), q.new_zeros((B, H, T))
+    rows = torch.arange(T, device=q.device)
+    for start in range(0, T, key_chunk):
+        keys = k[:, :, start:start + key_chunk]  # (B, H, C, d)
+        s = (q @ keys.transpose(-2, -1)) * scale  # (B, H, T, C)
+        visible = torch.ones(T, keys.size(2), dtype=torch.bool, device=q.device)
+        if causal:
+            visible = torch.arange(start, start + keys.size(2), device=q.device)[None, :] <= rows[:, None]  # (T, C)
+        m_new = torch.maximum(m, torch.where(visible, s, -math.inf).amax(-1))
+        m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with no visible key yet
+        z = s - m_safe[..., None]  # (B, H, T, C), finite
+        p = torch.where(visible, torch.exp(z), 0.0)
+        alpha = torch.exp(m - m_safe)
+        shift = torch.where(total > 0, m - m_safe, 0.0)  # 0 * -inf would be nan
+        a = alpha * (a + total * shift) + (p * z).sum(-1)
+        total = alpha * total + p.sum(-1)
+        m = m_new
+    return m, total, a
+
+
+def visible_counts(T: int, causal: bool, device=None) -> torch.Tensor:
+    """(T,) keys each query row sees: i + 1 when causal, T otherwise."""
+    return torch.arange(1, T + 1, device=device) if causal else torch.full((T,), T, device=device)
+
+
+def kept_rows(T: int, causal: bool) -> int:
+    """Query rows with more than one visible key (those entropy_norm averages over)."""
+    return T - 1 if causal else (T if T > 1 else 0)
+
+
+def head_stats_from_rows(m, total, a, causal: bool, threshold: float = SATURATION) -> torch.Tensor:
+    """Each row's running max m, sum `total` (l) and a, (B, H, T) -> (N_STATS, H) in STATS order (see the
+    module docstring)."""
+    B, H, T = m.shape
+    entropy = total.log() - a / total  # (B, H, T)
+    max_prob = 1.0 / total
+    n_vis = visible_counts(T, causal, m.device)  # (T,)
+    kept = (n_vis > 1).expand_as(entropy)
+    n_kept = B * kept_rows(T, causal)  # from the shapes: no host sync
+    norm = torch.where(kept, entropy / n_vis.float().log().clamp_min(1e-30), 0.0).sum((0, 2))  # (H,)
+    undefined = torch.full_like(norm, math.nan)  # no row with two keys (T == 1)
+    return torch.stack([
+        m.amax((0, 2)),
+        entropy.mean((0, 2)),
+        norm / n_kept if n_kept else undefined,
+        max_prob.mean((0, 2)),
+        torch.where(kept, max_prob, 0.0).amax((0, 2)) if n_kept else undefined,
+        (max_prob > threshold).float().mean((0, 2)),
+    ])
+
+
+def head_stats_torch(q, k, scale: float, causal: bool, threshold: float = SATURATION,
+                     key_chunk: int = KEY_CHUNK) -> torch.Tensor:
+    """The PyTorch path: q, k (B, H, T, d) -> (N_STATS, H) float32 (float32 q k^T even under autocast)."""
+    with torch.autocast(q.device.type, enabled=False):
+        return head_stats_from_rows(*row_softmax_stats(q, k, scale, causal, key_chunk), causal, threshold)
+
+
+# ---------------------------------------------------------------- the op, either path
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@torch.library.custom_op("andrea_exp::attn_head_stats", mutates_args=())
+def _attn_head_stats(q: torch.Tensor, k: torch.Tensor, enabled: torch.Tensor, scale: float, causal: bool,
+                     threshold: float) -> torch.Tensor:
+    """(N_STATS, H) float32 from q, k (B, H, T, d). On CUDA with Triton the kernels skip their work when
+    enabled[0] == 0 (the result is then undefined); the PyTorch path always computes."""
+    if q.is_cuda and triton_available():
+        from andrea_exp.model.step_stats_kernel import head_stats_triton
+
+        return head_stats_triton(q, k, enabled, scale, causal, threshold)
+    return head_stats_torch(q, k, scale, causal, threshold)
+
+
+@_attn_head_stats.register_fake
+def _(q, k, enabled, scale, causal, threshold):
+    return q.new_empty((N_STATS, q.size(1)), dtype=torch.float32)
+
+
+def head_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float, causal: bool, threshold: float = SATURATION,
+               impl: str = "auto", enabled: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention statistics per head of q, k (B, H, T, d): (N_STATS, H) float32, rows in STATS order.
+
+    scale multiplies q.k (attention.scale_factor); causal: key j visible to query i only when j <= i.
+    impl: auto (Triton on CUDA when present, else PyTorch), torch, triton. Off the autograd graph.
+    """
+    q, k = q.detach(), k.detach()
+    if impl == "torch":
+        return head_stats_torch(q, k, scale, causal, threshold)
+    if impl == "triton":
+        from andrea_exp.model.step_stats_kernel import head_stats_triton
+
+        on = enabled if enabled is not None else torch.ones(1, dtype=torch.int32, device=q.device)
+        return head_stats_triton(q, k, on, scale, causal, threshold)
+    if impl != "auto":
+        raise ValueError(f"impl must be one of auto, torch, triton; got {impl!r}")
+    on = enabled if enabled is not None else torch.ones(1, dtype=torch.int32, device=q.device)
+    return torch.ops.andrea_exp.attn_head_stats(q, k, on, float(scale), bool(causal), float(threshold))
+
+
+# ---------------------------------------------------------------- in the model
+
+
+def enable(model) -> torch.Tensor:
+    """Give every attention layer of `model` (an Andrea) its statistics buffer; returns the shared flag.
+
+    Call after the model is on its device and before it is compiled or captured."""
+    device = next(model.parameters()).device
+    flag = torch.ones(1, dtype=torch.int32, device=device)
+    for block in model.blocks:
+        attn = block.attn
+        attn.step_stats = torch.full((N_STATS, attn.n_head), math.nan, device=device)
+        attn.step_stats_on = flag
+    if device.type == "cuda" and triton_available():
+        import andrea_exp.model.step_stats_kernel  # noqa: F401  (Triton imported here, outside any compiled code)
+    return flag
+
+
+def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=None) -> None:
+    """Attention.forward's hook: q, k (B, H, T, d) as the attention uses them -> attn.step_stats.
+
+    Only in a training forward (train mode, gradients on, no captured stages, every key visible)."""
+    if not attn.training or not torch.is_grad_enabled() or attn.stages is not None or visible_keys is not None:
+        return
+    device_type = q.device.type
+    if torch.is_autocast_enabled(device_type):  # the attention kernels see q, k in the autocast dtype
+        dtype = torch.get_autocast_dtype(device_type)
+        q, k = q.to(dtype), k.to(dtype)
+    stats = torch.ops.andrea_exp.attn_head_stats(q.detach(), k.detach().to(q.dtype), attn.step_stats_on,
+                                                 float(attn.scale), bool(causal), SATURATION)
+    attn.step_stats.copy_(stats)

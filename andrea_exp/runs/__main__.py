@@ -1,0 +1,4 @@
+from andrea_exp.runs.frame import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""One interface, two sinks: the run's metrics.jsonl always (through rundir), and W&B unless disabled."""
+
+from __future__ import annotations
+
+import contextlib
+import netrc
+import os
+import secrets
+import string
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from omegaconf import OmegaConf
+
+from andrea_exp.runs import naming, rundir
+from andrea_exp.runs.metric_keys import RUN_STATUS, TRAIN_STEP
+
+_said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
+_open_runs: list = []  # W&B runs started and not yet finished in this process
+TAGGED_STATUSES = ("diverged", "interrupted")  # run/status values that also become a W&B tag
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- W&B mode
+
+
+def logged_in() -> bool:
+    """True when W&B credentials are present (env or netrc); no network is touched."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlsplit(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = Path(os.environ.get("NETRC", "~/.netrc")).expanduser()
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
+
+
+def resolve_mode(mode: str) -> tuple[str, str]:
+    """logger.mode -> (online | offline | disabled, why). `auto` honours WANDB_MODE, then the login."""
+    if mode != "auto":
+        return mode, f"logger.mode={mode}"
+    env_mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if env_mode in ("online", "offline", "disabled"):
+        return env_mode, f"WANDB_MODE={env_mode}"
+    if env_mode == "dryrun":
+        return "offline", "WANDB_MODE=dryrun"
+    if logged_in():
+        return "online", "logged in to W&B"
+    return "offline", "not logged in to W&B (no WANDB_API_KEY, no netrc entry)"
+
+
+def offline_notice(why: str, sync_target: str, browse_target: str) -> str:
+    return (f"[andrea-exp] W&B offline ({why}); runs are written locally. Upload them later with:\n"
+            f"  wandb sync {sync_target}\n"
+            f"  (browse one in a terminal: wandb leet {browse_target})")
+
+
+def finish_open_runs(failed: bool = True) -> int:
+    """Finish every W&B run this process left open (a job that raised before closing its tracker)."""
+    count = 0
+    while _open_runs:
+        run = _open_runs.pop()
+        try:
+            if failed:
+                run.summary[RUN_STATUS] = "failed"
+            run.finish(exit_code=1 if failed else 0)
+        except Exception as err:  # a broken run must not break the next job
+            _say_once(f"[andrea-exp] W&B: could not finish run {getattr(run, 'id', '?')}: {err}")
+        count += 1
+    return count
+
+
+# ---------------------------------------------------------------- Tracker
+
+
+class Tracker:
+    """Logs to metrics.jsonl and W&B; only the main process (rank 0) writes anything."""
+
+    def __init__(self, run_dir: Path, cfg, *, enabled: bool = True, resume_step: int | None = None):
+        self.run_dir, self.cfg, self.enabled = Path(run_dir), cfg, enabled
+        self.metrics = rundir.MetricsFile(self.run_dir / rundir.METRICS_FILE, resume_step) if enabled else None
+        self.wandb_run = None
+        self._wandb = None
+        if enabled:
+            try:
+                self._start_wandb(resume_step)
+            except Exception as err:  # W&B is the dashboard, never a reason for a run to fail
+                _say_once(f"[andrea-exp] W&B disabled for this run: {type(err).__name__}: {err}")
+                self.wandb_run = None
+
+    # -- setup
+
+    def _start_wandb(self, resume_step: int | None) -> None:
+        logger = self.cfg.get("logger") or {}
+        mode, why = resolve_mode(str(logger.get("mode", "auto")))
+        if mode == "disabled":
+            return
+        os.environ.setdefault("WANDB_SILENT", "true")
+        finish_open_runs(failed=True)  # a previous job in this process that never closed its run
+        try:
+            import wandb
+        except ImportError:
+            _say_once("[andrea-exp] W&B: the wandb package is not installed; logging to metrics.jsonl only")
+            return
+        self._wandb = wandb
+        ctx = naming.job_context(self.run_dir)
+        init_args = dict(
+            project=logger.get("project") or "andrea-exp",
+            entity=logger.get("entity") or None,
+            group=logger.get("group") or ctx.group,
+            name=ctx.run_name,
+            tags=naming.run_tags(self.cfg, ctx.axes, list(logger.get("tags") or [])),
+            job_type="train",
+            config=rundir.canonical_config(OmegaConf.to_container(self.cfg, resolve=True)),
+            dir=str(self.run_dir),
+            id=self._run_id(resume_step),
+            resume="allow" if resume_step is not None else None,
+        )
+        if mode == "offline" and ctx.in_sweep is False:
+            _say_once(offline_notice(why, f"{self.run_dir}/wandb/offline-run-*", f"{self.run_dir}/wandb"))
+        run = self._init(wandb, mode, init_args)
+        if run is None and mode == "online":
+            run = self._init(wandb, "offline", init_args)
+            if run is not None:
+                _say_once(offline_notice("W&B could not be reached", f"{self.run_dir}/wandb/offline-run-*",
+                                         f"{self.run_dir}/wandb"))
+        if run is None:
+            return
+        _open_runs.append(run)
+        self.wandb_run = run
+        run.define_metric(TRAIN_STEP)
+        run.define_metric("*", step_metric=TRAIN_STEP)  # every chart shares the training step as x-axis
+
+    def _run_id(self, resume_step: int | None) -> str:
+        """The W&B id lives in the run directory, so a resumed run continues the same W&B run."""
+        stored = rundir.read_run_id(self.run_dir) if resume_step is not None else None
+        if stored:
+            return stored
+        run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+        rundir.write_run_id(self.run_dir, run_id)
+        return run_id
+
+    @staticmethod
+    def _init(wandb, mode: str, init_args: dict):
+        settings = wandb.Settings(quiet=True, silent=True, show_warnings=False, init_timeout=60,
+                                  reinit="create_new", x_save_requirements=False)
+        try:
+            return wandb.init(mode=mode, settings=settings, **init_args)
+        except Exception as err:  # no network, bad entity, ...: the run itself must go on
+            _say_once(f"[andrea-exp] W&B {mode} start failed: {type(err).__name__}: {err}")
+            return None
+
+    # -- logging
+
+    def _wandb_call(self, what: str, fn) -> None:
+        """Every W&B call goes through here: an error is reported once and W&B is dropped, the run goes on."""
+        if self.wandb_run is None:
+            return
+        try:
+            fn(self.wandb_run)
+        except Exception as err:
+            _say_once(f"[andrea-exp] W&B {what} failed ({type(err).__name__}: {err}); "
+                      "continuing with metrics.jsonl only")
+            run, self.wandb_run = self.wandb_run, None
+            if run in _open_runs:
+                _open_runs.remove(run)
+            with contextlib.suppress(Exception):  # already broken; closing is best effort
+                run.finish(exit_code=1)
+
+    def log(self, metrics: dict, step: int) -> None:
+        if not self.enabled or not metrics:
+            return
+        self.metrics.write(metrics, step)
+        self._wandb_call("log", lambda run: run.log({**metrics, TRAIN_STEP: step}))
+
+    def log_images(self, images: dict, step: int) -> None:
+        """images: name -> PNG path, already written to the run directory."""
+        if not self.enabled or not images or self.wandb_run is None:
+            return
+        wandb = self._wandb
+        self._wandb_call("log_images", lambda run: run.log(
+            {name: wandb.Image(str(path), caption=f"step {step}") for name, path in images.items()}
+            | {TRAIN_STEP: step}))
+
+    def log_histograms(self, tensors: dict, step: int) -> None:
+        """tensors: name -> tensor of values (e.g. attention scores); masked (non-finite) entries are dropped."""
+        if not self.enabled or not tensors or self.wandb_run is None:
+            return
+        wandb = self._wandb
+
+        def histograms(run):
+            row = {}
+            for name, values in tensors.items():
+                flat = values.detach().float().flatten().cpu()
+                flat = flat[flat.isfinite()]
+                if flat.numel():
+                    row[name] = wandb.Histogram(flat.numpy(), num_bins=64)
+            if row:
+                run.log(row | {TRAIN_STEP: step})
+
+        self._wandb_call("log_histograms", histograms)
+
+    def finish(self, summary: dict, failed: bool = False) -> None:
+        """Write summary.json (with the resolved config) and close every sink; a failed run is marked failed."""
+        if not self.enabled:
+            return
+        try:
+            rundir.write_summary(self.run_dir, summary, self.cfg)
+        finally:
+            self.metrics.close()
+            run = self.wandb_run
+            if run is not None:
+                status = summary.get(RUN_STATUS)
+                values = {k: rundir.jsonable(v) for k, v in summary.items() if k != "config"}
+                # diverged and interrupted runs close with exit code 0 (a result, a pause): a tag tells them apart
+                tags = (status,) if status in TAGGED_STATUSES else ()
+                self._wandb_call("summary", lambda r: (r.summary.update(values),
+                                                       setattr(r, "tags", tuple(r.tags or ()) + tags)))
+            if self.wandb_run is not None:
+                _open_runs.remove(run)
+                self._wandb_call("finish", lambda r: r.finish(exit_code=1 if failed else 0))
+                self.wandb_run = None

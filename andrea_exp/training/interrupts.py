@@ -1,0 +1,67 @@
+"""SIGINT and SIGTERM as a request to stop cleanly: `StopRequest` turns the first signal into a flag the
+loop reads between steps (under DDP the processes agree at window flushes, so all stop at the same step)
+and `Interrupted` carries the written summary and the shell's exit code (130 / 143) out of `train()`; a
+module of its own because signal handlers are process-wide state with their own rules (main thread only,
+restored on exit, a second signal kills)."""
+
+from __future__ import annotations
+
+import signal
+
+import torch
+import torch.distributed as dist
+
+from andrea_exp.runs import metric_keys as K
+from andrea_exp.training import sweep_stop
+from andrea_exp.training.runtime import Runtime
+from andrea_exp.training.signals import FirstSignal
+
+
+class Interrupted(Exception):
+    """SIGINT / SIGTERM ended the run after a checkpoint and a summary were written."""
+
+    def __init__(self, signum: int, summary: dict):
+        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {summary.get(K.RUN_STEPS)}")
+        self.signum, self.summary = signum, summary
+        self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+
+
+_active: StopRequest | None = None  # the running loop's request, for request_stop()
+loops_begun = 0  # training loops this process has entered (a Ctrl-C outside them is start-up or an end)
+
+
+def request_stop(signum: int) -> None:
+    """Ask the running loop to stop as if `signum` had arrived (from a helper thread: sweep_stop)."""
+    active = _active
+    if active is not None and active.signum is None:
+        active.signum = signum
+
+
+class StopRequest(FirstSignal):
+    """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
+    gets the previous handler (Ctrl-C twice still kills a stuck run)."""
+
+    def __enter__(self) -> StopRequest:
+        global _active, loops_begun
+        loops_begun += 1
+        self.signum = sweep_stop.LAUNCHER.stop_asked()  # the sweep running here was stopped during this cell's set-up
+        if self.signum is None:
+            self.take()  # else the next signal is the second: it kills
+        _active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _active
+        _active = None
+        self.give_back()
+
+    def agreed(self, rt: Runtime, at_sync_point: bool) -> bool:
+        """Stop now? Under DDP every process must stop at the same step: they agree at window flushes."""
+        if rt.world_size == 1:
+            return self.signum is not None
+        if not at_sync_point:
+            return False
+        flag = torch.tensor([self.signum or 0], device=rt.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.signum = int(flag.item()) or None
+        return self.signum is not None
