@@ -4,9 +4,9 @@ tokens/s past the warm-up window, and the whole page from hand-made runs."""
 
 from __future__ import annotations
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report import scale
 from andrea_exp.report.effects import Effect, Place
+from andrea_exp.runs import metric_keys as mk
 from tests.test_report_effects import make_run, spread
 
 

@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp import metric_keys as mk
 from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.effects import Place
 from andrea_exp.report.growth import curve
@@ -35,6 +34,7 @@ from andrea_exp.report.verdicts import (
     c9_flat,
     is_causal,
 )
+from andrea_exp.runs import metric_keys as mk
 
 OUT_FILE = "chapter_scale.md"
 STATEMENTS = (c2_growth, c3_peaked, c4_vanish, c4_stall, c5_unit_scale, c5_proceeds, c7_leak, c9_flat)
