@@ -12,23 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig
 
-from andrea_exp.config.choices import (
-    ATTN_IMPLS,
-    LOSS_IMPLS,
-    QK_INITS,
-    SDPA_BACKEND_NAMES,
-    normalize_attn_stats,
-    normalize_mask_fill,
-    normalize_scale,
-)
+from andrea_exp.config.choices import LOSS_IMPLS, QK_INITS, SDPA_BACKEND_NAMES, normalize_attn_stats
 from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: raised by the rules below)
+from andrea_exp.config.variants import ATTN_IMPLS, QK_LAYERNORM, check_variant, normalize_mask_fill, normalize_scale
 
 
 def find_conf_dir(package_dir: Path) -> Path:
@@ -85,12 +78,14 @@ class Finite:
 @dataclass(frozen=True)
 class Choice:
     allowed: tuple
+    shown: tuple | None = None  # how the message spells the allowed values (default: str of each)
 
     def check(self, key: str, value) -> None:
         # 1 == True in Python: a bool choice must not accept the integer 1
         if value not in self.allowed or (isinstance(value, int) and not isinstance(value, bool)
                                          and any(isinstance(a, bool) for a in self.allowed)):
-            raise ConfigError(f"{key} must be one of {', '.join(map(str, self.allowed))}; got {value!r}")
+            raise ConfigError(f"{key} must be one of {', '.join(map(str, self.shown or self.allowed))}; "
+                              f"got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -124,15 +119,31 @@ class TextList:
             raise ConfigError(f"{key} must be a list of strings; got {value!r}")
 
 
-def setting(rule, *, operational: bool = False, optional: bool = False, sources: tuple[str, ...] | None = None):
-    """A schema field; its value comes from the yaml files in conf/.
+def setting(rule, default=MISSING, *, operational: bool = False, optional: bool = False,
+            sources: tuple[str, ...] | None = None):
+    """A schema field; its value comes from the yaml files in conf/, else `default` (MISSING: a yaml must set it).
 
     optional: null is allowed (and skips the rule). sources: the data sources that read it; for the
     others it must stay null.
     """
-    return field(default=None if optional or sources else MISSING,
+    if default is MISSING and (optional or sources):
+        default = None
+    return field(default=default,
                  metadata={"rule": rule, "operational": operational, "optional": optional or bool(sources),
                            "sources": sources})
+
+
+def check_value(key: str, spec: dataclasses.Field, value) -> None:
+    """One setting against its field's rule (null passes where the field is optional)."""
+    if value is None and spec.metadata["optional"]:
+        return
+    spec.metadata["rule"].check(key, value)
+
+
+def check_group(instance, group: str) -> None:
+    """Every field of a group's dataclass instance against its rule, in the schema's order."""
+    for spec in dataclasses.fields(instance):
+        check_value(f"{group}.{spec.name}", spec, getattr(instance, spec.name))
 
 
 # ------------------------------------------------------------------ the schema, one dataclass per group
@@ -140,27 +151,39 @@ def setting(rule, *, operational: bool = False, optional: bool = False, sources:
 
 @dataclass
 class ModelSchema:
-    name: str = setting(Text(), operational=True)  # a preset's label; its fields carry the science
-    d_model: int = setting(Integer(1))
-    n_layer: int = setting(Integer(1))
-    n_head: int = setting(Integer(1))
-    d_k: int = setting(Integer(1))
-    d_v: int = setting(Integer(1))
-    block_size: int = setting(Integer(1))
-    scale: Any = setting(Normalized(normalize_scale))  # "sqrt" / "none" / "inv" / true / false
-    causal: bool = setting(Choice(BOOLS))
-    mask_fill: Any = setting(Normalized(normalize_mask_fill))  # "-inf" or a number
-    qk_init: str = setting(Choice(QK_INITS))
-    qk_layernorm: bool = setting(Choice(BOOLS))
-    attn_impl: str = setting(Choice(ATTN_IMPLS))
-    mlp_ratio: int = setting(Integer(1))
-    dropout: float = setting(Finite(low=0, high=1))
+    """The model's settings, and the config `model.decoder.Andrea` is built from (`OmegaConf.to_object(cfg.model)`,
+    or ModelSchema(...) directly: every rule below is checked on construction, so a direct caller is refused
+    the same way validate() refuses a composed config). The defaults serve direct callers and settings a
+    preset leaves out; the presets in conf/model/ set them all."""
+    name: str = setting(Text(), "andrea", operational=True)  # a preset's label; its fields carry the science
+    d_model: int = setting(Integer(1), 128)
+    n_layer: int = setting(Integer(1), 2)
+    n_head: int = setting(Integer(1), 4)
+    d_k: int = setting(Integer(1), 32)
+    d_v: int = setting(Integer(1), 32)
+    block_size: int = setting(Integer(1), 128)
+    # the attention variant (config/variants.py holds each setting's values and what they compute)
+    scale: Any = setting(Normalized(normalize_scale), "sqrt")  # "sqrt" / "none" / "inv" / true / false
+    causal: bool = setting(Choice(BOOLS), True)
+    mask_fill: Any = setting(Normalized(normalize_mask_fill), "-inf")  # "-inf" or a number
+    qk_init: str = setting(Choice(QK_INITS), "unit")
+    qk_layernorm: bool = setting(Choice(QK_LAYERNORM), False)
+    attn_impl: str = setting(Choice(ATTN_IMPLS), "auto")
+    mlp_ratio: int = setting(Integer(1), 4)
+    dropout: float = setting(Finite(low=0, high=1), 0.0)
     vocab_size: int | None = setting(Integer(1), optional=True)  # null: the data's
     # how the same model is computed, not what it is: kernels and fusions that leave the results unchanged
-    sdpa_backend: str = setting(Choice(("auto", *SDPA_BACKEND_NAMES)), operational=True)
-    fused_qkv: bool = setting(Choice(BOOLS), operational=True)
-    loss_impl: str = setting(Choice(LOSS_IMPLS), operational=True)
-    loss_chunk_rows: int = setting(Integer(1), operational=True)
+    sdpa_backend: str = setting(Choice(("auto", *SDPA_BACKEND_NAMES)), "auto", operational=True)
+    fused_qkv: bool = setting(Choice(BOOLS, shown=("true", "false")), True, operational=True)
+    loss_impl: str = setting(Choice(LOSS_IMPLS), "chunked", operational=True)
+    loss_chunk_rows: int = setting(Integer(1), 4096, operational=True)
+    # a library caller's choice, not a run setting (runs always tie the head to the token table): no config key
+    tie_embeddings: InitVar[bool] = True
+
+    def __post_init__(self, tie_embeddings: bool) -> None:
+        self.tie_embeddings = tie_embeddings
+        check_group(self, "model")
+        check_variant(self)
 
 
 @dataclass

@@ -13,9 +13,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp.config import schema
-from andrea_exp.config.choices import BILINEAR_NEEDS_NO_QK_LAYERNORM
 from andrea_exp.config.data_checks import check_data, token_vocab_size
 from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
+from andrea_exp.config.variants import check_variant
 
 _ABSENT = object()
 _WARMUP_DEFAULT_FILE = "train/default.yaml"
@@ -49,11 +49,9 @@ def validate(cfg: DictConfig) -> None:
                 continue
             if value is None and (key == "data.path" or (key == "data.vocab_size" and source == "tokens")):
                 continue  # the disk checks below say what is wanted (data=tokens: null reads meta.json)
+            spec.metadata["rule"].check(key, value)  # a source that reads it needs a value
         else:
-            value = cfg_get(cfg, key)
-            if value is None and spec.metadata["optional"]:
-                continue
-        spec.metadata["rule"].check(key, value)
+            schema.check_value(key, spec, cfg_get(cfg, key))
     _check_across_fields(cfg, source)
 
 
@@ -66,8 +64,7 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
     if cfg.data.seq_len > cfg.model.block_size:
         raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) must be <= model.block_size ({cfg.model.block_size})")
     _check_warmup(cfg.train)
-    if cfg.model.attn_impl == "bilinear" and cfg.model.qk_layernorm:
-        raise ConfigError(BILINEAR_NEEDS_NO_QK_LAYERNORM)
+    check_variant(cfg.model)  # the attention variant's rules across its settings (ModelSchema checks them too)
     if source == "markov" and cfg.data.vocab_size ** cfg.data.order > 2_000_000:
         raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
                           f"got {cfg.data.vocab_size}**{cfg.data.order}")

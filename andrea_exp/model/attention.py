@@ -14,22 +14,19 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from andrea_exp.config.choices import SDPA_BACKEND_NAMES, normalize_mask_fill, normalize_scale
+from andrea_exp.config.choices import SDPA_BACKEND_NAMES
+from andrea_exp.config.variants import (  # noqa: F401  (FUSED_MAX_HEAD_DIM, prefer_fused: re-exported API)
+    FUSED_MAX_HEAD_DIM,
+    normalize_mask_fill,
+    prefer_fused,
+    scale_factor,
+)
 from andrea_exp.model.head_gemms import qk_scores
 
-# Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
-# explicit path (two GEMMs and a float32 softmax) is several times faster.
-FUSED_MAX_HEAD_DIM = 256
 # `model.sdpa_backend`: which of scaled_dot_product_attention's kernels the fused path may use
 # ("auto" leaves the choice to PyTorch, which prefers flash over cuDNN).
 SDPA_BACKENDS = dict(zip(SDPA_BACKEND_NAMES, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
                                               SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH), strict=True))
-
-
-def scale_factor(scale, d_k: int) -> float:
-    """The multiplier applied to q.k: 1/sqrt(d_k), 1, or 1/d_k."""
-    mode = normalize_scale(scale)
-    return {"sqrt": 1.0 / math.sqrt(d_k), "none": 1.0, "inv": 1.0 / d_k}[mode]
 
 
 def future_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
@@ -129,14 +126,6 @@ def fused_attention(q, k, v, *, scale: float, causal: bool, backend: str = "auto
             visible = ~future_mask(t_q, t_k, q.device)  # (t_q, t_k), True where attention is allowed
             return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)  # (B, H, t_q, d_v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (B, H, T, d_v)
-
-
-def prefer_fused(d_k: int, d_v: int, mask_fill: float) -> bool:
-    """Which path trains faster: fused kernels up to head dim 256, the explicit path above it.
-
-    The fused kernels mask with -inf only, so a finite mask_fill always takes the explicit path.
-    """
-    return max(d_k, d_v) <= FUSED_MAX_HEAD_DIM and mask_fill == -math.inf
 
 
 def attention(q, k, v, *, scale="sqrt", causal=True, mask_fill=float("-inf"), return_probs=False,

@@ -7,68 +7,21 @@ sweep over d_k changes nothing else in the model.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from andrea_exp.config.choices import (
-    ATTN_IMPLS,
-    BILINEAR_NEEDS_NO_QK_LAYERNORM,
-    LOSS_IMPLS,
-    QK_INITS,
-    normalize_mask_fill,
-)
-from andrea_exp.model.attention import (
-    check_sdpa_backend,
-    explicit_attention,
-    fused_attention,
-    prefer_fused,
-    scale_factor,
-)
+from andrea_exp.config.schema import ModelSchema
+from andrea_exp.config.variants import normalize_mask_fill, resolve_attn_impl
+from andrea_exp.model.attention import explicit_attention, fused_attention, scale_factor
 from andrea_exp.model.chunked_loss import linear_cross_entropy
 from andrea_exp.model.head_gemms import head_projection
 from andrea_exp.model.step_stats import record as record_step_stats
 
-
-@dataclass
-class ModelConfig:
-    vocab_size: int = 64
-    block_size: int = 128
-    d_model: int = 128
-    n_layer: int = 2
-    n_head: int = 4
-    d_k: int = 32
-    d_v: int = 32
-    scale: str | bool = "sqrt"
-    causal: bool = True
-    mask_fill: float | str = "-inf"
-    qk_init: str = "unit"
-    qk_layernorm: bool = False
-    attn_impl: str = "auto"
-    sdpa_backend: str = "auto"  # auto | flash | cudnn | efficient | math: the fused path's kernel
-    fused_qkv: bool = True  # one GEMM for q, k and v (the three Linears stay separate parameters)
-    loss_impl: str = "chunked"  # chunked (no (B*T, V) logits kept) | plain
-    loss_chunk_rows: int = 4096  # rows of logits alive at once on the chunked path
-    mlp_ratio: int = 4
-    dropout: float = 0.0
-    tie_embeddings: bool = True
-
-
-def choose_attn_impl(cfg: ModelConfig, mask_fill: float) -> str:
-    """`model.attn_impl` resolved: auto takes the fused kernels up to head dim 256 (and the -inf fill),
-    the bilinear form when d_k exceeds d_model (and no QK-LayerNorm needs q and k themselves), the
-    explicit path otherwise."""
-    if cfg.attn_impl not in ATTN_IMPLS:
-        raise ValueError(f"model.attn_impl must be one of {', '.join(ATTN_IMPLS)}; got {cfg.attn_impl!r}")
-    if cfg.attn_impl == "bilinear" and cfg.qk_layernorm:
-        raise ValueError(BILINEAR_NEEDS_NO_QK_LAYERNORM)
-    if cfg.attn_impl != "auto":
-        return cfg.attn_impl
-    if prefer_fused(cfg.d_k, cfg.d_v, mask_fill):
-        return "fused"
-    return "bilinear" if cfg.d_k > cfg.d_model and not cfg.qk_layernorm else "explicit"
+# The model is built from the settings' own dataclass: every rule is checked when one is constructed
+# (config.schema.ModelSchema); the modules below trust its values. ModelConfig is the same class.
+ModelConfig = ModelSchema
 
 
 class Attention(nn.Module):
@@ -94,11 +47,9 @@ class Attention(nn.Module):
         self.scale = scale_factor(cfg.scale, cfg.d_k)
         self.causal = bool(cfg.causal)
         self.mask_fill = normalize_mask_fill(cfg.mask_fill)
-        self.impl = choose_attn_impl(cfg, self.mask_fill)  # fused | explicit | bilinear
+        self.impl = resolve_attn_impl(cfg)  # fused | explicit | bilinear
         self.use_fused = self.impl == "fused"
-        self.sdpa_backend = check_sdpa_backend(cfg.sdpa_backend)
-        if cfg.fused_qkv not in (True, False):
-            raise ValueError(f"model.fused_qkv must be one of true, false; got {cfg.fused_qkv!r}")
+        self.sdpa_backend = cfg.sdpa_backend
         self.fused_qkv = bool(cfg.fused_qkv)
         self.stages: dict | None = None
         # train.attn_stats (attn_stats.enable): the training batch's statistics (N_STATS, H), and the flag
@@ -217,11 +168,6 @@ class Andrea(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight
-        if cfg.loss_impl not in LOSS_IMPLS:
-            raise ValueError(f"model.loss_impl must be one of {', '.join(LOSS_IMPLS)}; got {cfg.loss_impl!r}")
-        if isinstance(cfg.loss_chunk_rows, bool) or not isinstance(cfg.loss_chunk_rows, int) \
-                or cfg.loss_chunk_rows < 1:
-            raise ValueError(f"model.loss_chunk_rows must be an integer >= 1; got {cfg.loss_chunk_rows!r}")
         self.apply(self._init_gpt2)
         residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)  # GPT-2: residual projections shrink with depth
         for block in self.blocks:
@@ -246,8 +192,7 @@ class Andrea(nn.Module):
         elif qk_init == "torch":
             for lin in (attn.q, attn.k):
                 lin.reset_parameters()
-        elif qk_init != "gpt2":
-            raise ValueError(f"model.qk_init must be one of {', '.join(QK_INITS)}; got {qk_init!r}")
+        # gpt2: std 0.02, as _init_gpt2 left it
 
     def num_params(self, non_embedding: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())

@@ -12,8 +12,9 @@ import math
 import torch
 from omegaconf import OmegaConf
 
+from andrea_exp.config.schema import ModelSchema
 from andrea_exp.model.attention import explicit_attention, future_mask, scale_factor
-from andrea_exp.model.decoder import Andrea, ModelConfig
+from andrea_exp.model.decoder import Andrea
 from andrea_exp.report import CONF_DIR
 
 CLAIMED_DOT_STD = {64: 8.0, 256: 16.0, 4096: 64.0}  # C2's numbers
@@ -152,9 +153,7 @@ def model_120m_shapes(vocab_size: int = GPT2_VOCAB) -> dict:
     """Build the andrea_120m preset on the meta device, run one forward over its full context, read every
     shape (C8)."""
     preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "andrea_120m.yaml"), resolve=True)
-    fields = {k: v for k, v in preset.items() if k in ModelConfig.__dataclass_fields__}
-    fields["vocab_size"] = vocab_size
-    cfg = ModelConfig(**fields)
+    cfg = ModelSchema(**{**preset, "vocab_size": vocab_size})
     T = cfg.block_size
     with torch.device("meta"):
         model = Andrea(cfg)

@@ -27,10 +27,11 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from andrea_exp.config.schema import ModelSchema
 from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
 from andrea_exp.instruments.evaluate import evaluate, generate
-from andrea_exp.model.decoder import Andrea, ModelConfig
+from andrea_exp.model.decoder import Andrea
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.runs import run_guard
 from andrea_exp.runs.rundir import CHECKPOINT_DIR, read_summary
@@ -43,8 +44,6 @@ from andrea_exp.training.phases import PhaseClock
 from andrea_exp.training.progress import Progress
 from andrea_exp.training.runfacts import run_facts
 from andrea_exp.training.runtime import Runtime, all_reduce_mean, setup_runtime
-
-MODEL_FIELDS = set(ModelConfig.__dataclass_fields__)
 
 
 class Diverged(Exception):
@@ -65,9 +64,14 @@ class AlreadyFinished(Exception):
 
 
 def build_model(cfg, vocab_size: int) -> Andrea:
-    fields = {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k in MODEL_FIELDS}
-    fields["vocab_size"] = cfg.model.get("vocab_size") or vocab_size
-    return Andrea(ModelConfig(**fields))
+    """The model of `cfg.model` (a ModelSchema once composed); model.vocab_size null takes the data's `vocab_size`."""
+    if OmegaConf.get_type(cfg.model) is ModelSchema:
+        settings = OmegaConf.to_object(cfg.model)
+    else:  # a plain config (a run's saved config.yaml, a test's): the same dataclass from its values
+        settings = ModelSchema(**OmegaConf.to_container(cfg.model, resolve=True))
+    if settings.vocab_size is None:
+        settings.vocab_size = vocab_size
+    return Andrea(settings)
 
 
 def describe_model(cfg, model: Andrea, device) -> str:
