@@ -23,7 +23,7 @@ PYTHON="${PYTHON:-python}"
 # module -> the files mutmut mutates (space-separated)
 declare -A SOURCE=(
   [attention]="andrea_exp/model/attention.py"
-  [choices]="andrea_exp/config/choices.py"
+  [choices]="andrea_exp/config/choices.py andrea_exp/config/variants.py"
   [data]="andrea_exp/data/sources.py"
   [metrics]="andrea_exp/instruments/metrics.py"
   [train]="andrea_exp/training/loop.py andrea_exp/training/graphed_step.py"
