@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from andrea_exp.config.schema import ModelSchema
+from andrea_exp.instruments.metrics import normalized_entropy, row_entropy
 from andrea_exp.model.attention import explicit_attention, future_mask, scale_factor
 from andrea_exp.model.decoder import Andrea
 from andrea_exp.report import CONF_DIR
@@ -51,10 +52,7 @@ def dot_product_std(d_ks=(64, 256, 4096), n_pairs: int = 8000, seed: int = 0) ->
 def row_entropy_norm(pattern: torch.Tensor) -> torch.Tensor:
     """Entropy / log(visible keys) per causal row, rows 1.. (row 0 has one key). pattern: (..., T, T)."""
     T = pattern.size(-1)
-    p = pattern[..., 1:, :]  # (..., T-1, T)
-    ent = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)  # (..., T-1)
-    visible = torch.arange(2, T + 1, dtype=p.dtype)  # keys visible to rows 1..T-1
-    return ent / torch.log(visible)
+    return normalized_entropy(row_entropy(pattern), torch.arange(1, T + 1))[..., 1:]  # (..., T-1)
 
 
 def synthetic_softmax(d_ks=(16, 64, 256, 1024, 4096), T: int = 64, d_v: int = 64, batch: int = 8,

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.runs import rundir, table
+from andrea_exp.runs import reader, rundir, table
 from andrea_exp.runs.metric_keys import RUN_STATUS
 
 CONFIG_PREFIX = "config."
@@ -32,21 +32,29 @@ def _pandas():
 
 def run_row(run_dir: Path) -> dict:
     """One run as a flat record: path, status, its summary values, and its config as `config.<dotted key>`."""
-    summary = {k: v for k, v in rundir.read_summary(run_dir).items() if k != "config"}
-    row = {"path": str(run_dir), "status": summary.pop(RUN_STATUS, None)}
-    row.update(summary)
-    row.update({CONFIG_PREFIX + k: v for k, v in rundir.flatten(rundir.read_config(run_dir)).items()})
-    return row
+    return _row(reader.read_run(run_dir, records=False))
 
 
 def history_rows(run_dir: Path) -> list[tuple]:
     """(path, step, key, value) for every number in metrics.jsonl; text (e.g. samples) is left out."""
+    return _history(reader.read_run(run_dir))
+
+
+def _row(run: reader.Run) -> dict:
+    summary = {k: v for k, v in run.summary.items() if k != "config"}
+    row = {"path": str(run.path), "status": summary.pop(RUN_STATUS, None)}
+    row.update(summary)
+    row.update({CONFIG_PREFIX + k: v for k, v in run.config.items()})
+    return row
+
+
+def _history(run: reader.Run) -> list[tuple]:
     rows = []
-    for record in rundir.read_metrics(run_dir):
+    for record in run.records:
         step = record.get("step")
         for key, value in record.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append((str(run_dir), step, key, float(value)))
+                rows.append((str(run.path), step, key, float(value)))
     return rows
 
 
@@ -59,10 +67,10 @@ def load(*dirs, history: bool = False):
     pandas = _pandas()
     if not dirs:
         raise ValueError("runs.load needs at least one run or sweep directory")
-    run_dirs = rundir.find_run_dirs(*dirs)
+    found = reader.find_runs(*dirs, records=history)  # the reader the report uses too
     if history:
-        return pandas.DataFrame([r for d in run_dirs for r in history_rows(d)], columns=list(HISTORY_COLUMNS))
-    return pandas.DataFrame([run_row(d) for d in run_dirs])
+        return pandas.DataFrame([r for run in found for r in _history(run)], columns=list(HISTORY_COLUMNS))
+    return pandas.DataFrame([_row(run) for run in found])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,9 +184,10 @@ def read_sweep_command(sweep_dir: Path) -> tuple[list[str], dict]:
     return task, (OmegaConf.to_container(params) if params is not None else {})
 
 
-def read_config(run_dir: Path) -> dict:
-    """The run's resolved config: from summary.json, else Hydra's `.hydra/config.yaml` (unresolved), else {}."""
-    config = read_summary(run_dir).get("config")
+def read_config(run_dir: Path, summary: dict | None = None) -> dict:
+    """The run's resolved config: from summary.json (`summary` when already read), else Hydra's
+    `.hydra/config.yaml` (unresolved), else {}."""
+    config = (read_summary(run_dir) if summary is None else summary).get("config")
     if not isinstance(config, dict):
         path = Path(run_dir) / HYDRA_DIR / "config.yaml"
         config = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else {}
@@ -209,9 +210,12 @@ def _natural(path: Path) -> tuple:
     return (0, int(path.name), "") if path.name.isdigit() else (1, 0, path.name)
 
 
+SKIP_DIRS = frozenset({"wandb", CHECKPOINT_DIR, MAPS_DIR, HYDRA_DIR})  # never hold a run of their own
+
+
 def find_run_dirs(*roots: Path) -> list[Path]:
     """Each root that is a run, else every run below it (W&B, checkpoint and map folders are not searched)."""
-    skip = {"wandb", CHECKPOINT_DIR, MAPS_DIR, HYDRA_DIR}
+    skip = SKIP_DIRS
     found: list[Path] = []
     for root in map(Path, roots):
         if not root.is_dir():
