@@ -41,12 +41,12 @@ out; without the mask every row counts), each layer's rows being its (batch, hea
   standardised query and key (norm ~ sqrt(d_k)); LayerNorm biases are left out.
   `attn/qk_spectral`: the max over layers.
 
-The module in the order a probe runs: `Probe` holds the settings and parameter groups and runs one
-forward and backward pass (`Probe.measure`); forward capture (`LayerCapture`) reduces each attention
-layer as it runs and its d loss / d scores as the backward pass reaches it, through the per-layer
-reductions (`forward_layer_stats`, `grad_layer_stats`); the `put_*` steps pool those into metric rows
-on a `MetricSheet` (attention statistics, gradient norms, Jacobian and gradient rows, qk_spectral),
-which is copied to the host once.
+Owns the probe, its steps in the order a probe runs them: `Probe` holds the settings and parameter
+groups and runs one forward and backward pass (`Probe.measure`); forward capture (`LayerCapture`)
+reduces each attention layer as it runs and its d loss / d scores as the backward pass reaches it,
+through the per-layer reductions (`forward_layer_stats`, `grad_layer_stats`); the `put_*` steps pool
+those into metric rows on a `MetricSheet` (attention statistics, gradient norms, Jacobian and gradient
+rows, qk_spectral), which is copied to the host once.
 """
 
 from __future__ import annotations
