@@ -40,6 +40,13 @@ out; without the mask every row counts), each layer's rows being its (batch, hea
   g the two LayerNorms' gains (shared by the heads) and C the centring, the form acting on the
   standardised query and key (norm ~ sqrt(d_k)); LayerNorm biases are left out.
   `attn/qk_spectral`: the max over layers.
+
+Owns the probe, its steps in the order a probe runs them: `Probe` holds the settings and parameter
+groups and runs one forward and backward pass (`Probe.measure`); forward capture (`LayerCapture`)
+reduces each attention layer as it runs and its d loss / d scores as the backward pass reaches it,
+through the per-layer reductions (`forward_layer_stats`, `grad_layer_stats`); the `put_*` steps pool
+those into metric rows on a `MetricSheet` (attention statistics, gradient norms, Jacobian and gradient
+rows, qk_spectral), which is copied to the host once.
 """
 
 from __future__ import annotations
@@ -102,15 +109,10 @@ class Probe:
         self.n_layer = len(model.blocks)
         self.n_head = model.cfg.n_head
         self.causal = bool(model.cfg.causal)
-        groups = self._param_groups()
+        groups = param_groups(model)
         self.params = list({id(p): p for ps in groups.values() for p in ps}.values())  # tied weights once
-        column = {id(p): i for i, p in enumerate(self.params)}
-        membership = torch.zeros(len(groups), len(self.params))  # (G, P): which tensors each norm covers
-        for g, ps in enumerate(groups.values()):
-            for p in ps:
-                membership[g, column[id(p)]] = 1.0
         self.group_names = list(groups)
-        self.membership = membership.to(tokens.device)
+        self.membership = group_membership(groups, self.params).to(tokens.device)  # (G, P)
 
     @contextlib.contextmanager
     def _instrumented(self):
@@ -127,23 +129,6 @@ class Probe:
                 model.set_capture(False)
                 model.train(was_training)
 
-    def _param_groups(self) -> dict[str, list[torch.Tensor]]:
-        """Metric name -> the parameters whose joint gradient norm it reports."""
-        m = self.model
-        groups: dict[str, list[torch.Tensor]] = {}
-        for li, block in enumerate(m.blocks):
-            attn = block.attn
-            groups[f"grad/L{li}/q"] = [*attn.q.parameters(), *attn.q_norm.parameters()]
-            groups[f"grad/L{li}/k"] = [*attn.k.parameters(), *attn.k_norm.parameters()]
-            groups[f"grad/L{li}/v"] = list(attn.v.parameters())
-            groups[f"grad/L{li}/o"] = list(attn.o.parameters())
-            groups[f"grad/L{li}/mlp"] = list(block.mlp.parameters())
-        groups["grad/embed"] = [m.tok_emb.weight, m.pos_emb.weight]
-        # With tied embeddings (the default) head.weight IS tok_emb.weight: one tensor whose gradient
-        # sums the input and output uses, so grad/head reports that same tied gradient.
-        groups["grad/head"] = [m.head.weight]
-        return groups
-
     def measure(self, step: int) -> dict:
         """Metrics of the probe batch at this step (see the module docstring for the averaging).
 
@@ -154,120 +139,24 @@ class Probe:
         the backward pass needs are the probe's only full-size tensors across layers.
         """
         x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
-        L, H = self.n_layer, self.n_head
         first = first_kept_row(x.size(1), x.size(1), self.causal)
-        names: list[str] = []
-        pieces: list[torch.Tensor] = []
-
-        def put(keys: list[str], values: torch.Tensor) -> None:
-            names.extend(keys)
-            pieces.append(values.detach().float().reshape(-1))
-
-        forward: list[dict] = [{} for _ in range(L)]  # per layer: head stats, q/k std, jac stats
-        backward: list[dict] = [{} for _ in range(L)]  # per layer: d loss / d scores norm and row norms
+        capture = LayerCapture(self.n_layer, first, self.causal, self.dead_jac)
+        sheet = MetricSheet()
         with self._instrumented() as stages, torch.enable_grad(), \
-                torch.autocast(device_type=self.tokens.device.type, enabled=False), \
-                self._layer_hooks(stages, first, forward, backward):
-            _, loss = self.model(x, y)
-            grads = torch.autograd.grad(loss, self.params, allow_unused=True)  # fires the scores' hooks
+                torch.autocast(device_type=self.tokens.device.type, enabled=False):
+            with capture.hooked(self.model.blocks, stages):
+                _, loss = self.model(x, y)
+                grads = torch.autograd.grad(loss, self.params, allow_unused=True)  # fires the scores' hooks
             param_grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
-
-            put(["probe/loss"], loss)
-            for stat in ATTN_STATS:
-                per_head = torch.stack([layer["head"][stat] for layer in forward])  # (L, H)
-                per_layer = per_head.mean(-1)  # (L,): mean over heads
-                put([f"attn/L{li}/{stat}" for li in range(L)] + [f"attn/{stat}"],
-                    torch.cat([per_layer, per_layer.mean().reshape(1)]))  # then the mean over layers
-                if self.per_head:
-                    put([f"attn/L{li}/H{h}/{stat}" for li in range(L) for h in range(H)], per_head)
-            for name in ("q", "k"):
-                per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
-                put([f"attn/L{li}/{name}_std" for li in range(L)] + [f"attn/{name}_std"],
-                    torch.cat([per_layer, per_layer.mean().reshape(1)]))
-            backward = [layer or self._grad_layer_stats(torch.zeros(forward[li]["shape"], device=x.device), first)
-                        for li, layer in enumerate(backward)]  # a layer the loss does not reach: zero gradient
-            per_layer = torch.stack([layer["norm"] for layer in backward])  # (L,)
-            put([f"grad/L{li}/scores" for li in range(L)] + ["grad/scores"],
-                torch.cat([per_layer, per_layer.norm().reshape(1)]))  # global L2 over layers
-            squares = torch.stack(torch._foreach_norm(param_grads)).float() ** 2  # (P,), one fused kernel
-            put(self.group_names, (self.membership @ squares).sqrt())  # (G,)
-            self._put_row_stats(put, forward, torch.stack([layer["rows"] for layer in backward]))
-            self._put_qk_spectral(put)
-
-        host = torch.cat(pieces).cpu().tolist()  # the probe's one host sync
-        return dict(zip(names, host))
-
-    @contextlib.contextmanager
-    def _layer_hooks(self, stages: list[dict], first: int, forward: list[dict], backward: list[dict]):
-        """While active, each attention layer's forward fills forward[l] and frees its captured tensors;
-        its scores' gradient, when the backward pass computes it, fills backward[l]."""
-
-        def after_attention(li: int):
-            def hook(module, args, output):
-                stage = stages[li]
-                scores, pattern = stage.pop("scores"), stage.pop("pattern")  # (B, H, T, T) each
-                forward[li] = self._forward_layer_stats(scores, pattern, stage.pop("q"), stage.pop("k"), first)
-                if scores.requires_grad:
-                    scores.register_hook(lambda g: backward.__setitem__(li, self._grad_layer_stats(g, first)))
-            return hook
-
-        handles = [block.attn.register_forward_hook(after_attention(li)) for li, block in enumerate(self.model.blocks)]
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-
-    @torch.no_grad()
-    def _forward_layer_stats(self, scores, pattern, q, k, first: int) -> dict:
-        """One layer's forward statistics; scores, pattern: (B, H, T, T); q, k: (B, H, T, d_k)."""
-        jac = softmax_jacobian_norm(pattern[..., first:, :]).reshape(-1)  # (N,), N = B * H * kept rows
-        return {"head": head_attention_stats(scores, pattern, self.causal),  # each (H,)
-                "q": component_std(q, (0, 1, 2, 3)), "k": component_std(k, (0, 1, 2, 3)),
-                "jac_norm": jac.mean(), "jac_dead_frac": (jac < self.dead_jac).float().mean(),
-                "shape": scores.shape}
-
-    @torch.no_grad()
-    def _grad_layer_stats(self, score_grad: torch.Tensor, first: int) -> dict:
-        """One layer's d loss / d scores (B, H, T, T) -> its L2 norm and the (N,) norms of its kept rows."""
-        g = score_grad.float()
-        return {"norm": torch.linalg.vector_norm(g),
-                "rows": torch.linalg.vector_norm(g[..., first:, :], dim=-1).reshape(-1)}  # (N,)
-
-    def _layer_keys(self, key: str) -> list[str]:
-        """attn/jac_norm -> [attn/L0/jac_norm, ..., attn/L{L-1}/jac_norm, attn/jac_norm]."""
-        return [mk.per_layer(key, li) for li in range(self.n_layer)] + [key]
-
-    @torch.no_grad()
-    def _put_row_stats(self, put, forward: list[dict], row_norms: torch.Tensor) -> None:
-        """Per-row Jacobian and gradient statistics over the rows with more than one visible key.
-
-        forward: each layer's Jacobian mean and dead share over its kept rows; row_norms: (L, N), each
-        layer's ||d loss / d S_i|| over its N = B * H * kept rows (the kept rows are a suffix of the
-        query axis: a slice, no host sync).
-        """
-        for key, name in ((mk.ATTN_JAC_NORM, "jac_norm"), (mk.ATTN_JAC_DEAD_FRAC, "jac_dead_frac")):
-            per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
-            put(self._layer_keys(key), torch.cat([per_layer, per_layer.mean().reshape(1)]))  # pooled: mean over layers
-        by_layer = row_gradient_stats(row_norms, self.dead_grad)  # each (L,)
-        pooled = row_gradient_stats(row_norms.reshape(-1), self.dead_grad)  # each (): all rows of all layers
-        pooled["dead_frac"] = by_layer["dead_frac"].mean()  # a fraction: the mean over layers (same value)
-        for name, key in ROW_GRAD_KEYS.items():
-            put(self._layer_keys(key), torch.cat([by_layer[name], pooled[name].reshape(1)]))
-
-    @torch.no_grad()
-    def _put_qk_spectral(self, put) -> None:
-        """attn/L{l}/qk_spectral: max over heads of the logit form's largest singular value; pooled: max over layers."""
-        attns = [block.attn for block in self.model.blocks]
-        scale = attns[0].scale
-        if self.model.cfg.qk_layernorm:
-            per_layer = qk_layernorm_spectral_norm(torch.stack([a.q_norm.weight for a in attns]),
-                                                   torch.stack([a.k_norm.weight for a in attns]), scale)  # (L,)
-        else:
-            per_head = qk_spectral_norm(torch.stack([a.q.weight for a in attns]),
-                                        torch.stack([a.k.weight for a in attns]), self.n_head, scale)  # (L, H)
-            per_layer = per_head.amax(-1)  # (L,)
-        put(self._layer_keys(mk.ATTN_QK_SPECTRAL), torch.cat([per_layer, per_layer.amax().reshape(1)]))
+            forward, backward = capture.forward, capture.backward_or_zero(x.device)
+            sheet.put(["probe/loss"], loss)
+            put_attention_stats(sheet, forward, self.per_head)
+            put_score_grads(sheet, backward)
+            put_param_grads(sheet, self.group_names, self.membership, param_grads)
+            put_jacobian_rows(sheet, forward)
+            put_gradient_rows(sheet, torch.stack([layer["rows"] for layer in backward]), self.dead_grad)
+            put_qk_spectral(sheet, self.model)
+        return sheet.to_host()
 
     @torch.no_grad()
     def draw_maps(self, step: int) -> dict[str, Path]:
@@ -280,3 +169,190 @@ class Probe:
             path = self.map_dir / f"step{step:07d}_L{li}.png"
             written[f"attn_map/L{li}"] = save_attention_maps(pattern, path, f"layer {li}, step {step}")
         return written
+
+
+# ---- parameter groups: which parameters each grad/... norm covers ------------------------------------------
+
+
+def param_groups(model) -> dict[str, list[torch.Tensor]]:
+    """Metric name -> the parameters whose joint gradient norm it reports."""
+    groups: dict[str, list[torch.Tensor]] = {}
+    for li, block in enumerate(model.blocks):
+        attn = block.attn
+        groups[f"grad/L{li}/q"] = [*attn.q.parameters(), *attn.q_norm.parameters()]
+        groups[f"grad/L{li}/k"] = [*attn.k.parameters(), *attn.k_norm.parameters()]
+        groups[f"grad/L{li}/v"] = list(attn.v.parameters())
+        groups[f"grad/L{li}/o"] = list(attn.o.parameters())
+        groups[f"grad/L{li}/mlp"] = list(block.mlp.parameters())
+    groups["grad/embed"] = [model.tok_emb.weight, model.pos_emb.weight]
+    # With tied embeddings (the default) head.weight IS tok_emb.weight: one tensor whose gradient
+    # sums the input and output uses, so grad/head reports that same tied gradient.
+    groups["grad/head"] = [model.head.weight]
+    return groups
+
+
+def group_membership(groups: dict[str, list[torch.Tensor]], params: list[torch.Tensor]) -> torch.Tensor:
+    """(G, P) 0/1 matrix: row g marks the tensors (columns, in `params` order) that group g's norm covers."""
+    column = {id(p): i for i, p in enumerate(params)}
+    membership = torch.zeros(len(groups), len(params))  # (G, P)
+    for g, ps in enumerate(groups.values()):
+        for p in ps:
+            membership[g, column[id(p)]] = 1.0
+    return membership
+
+
+# ---- forward capture ---------------------------------------------------------------------------------------
+
+
+class LayerCapture:
+    """Each attention layer's statistics, reduced as soon as they exist, so no full-size tensor is kept.
+
+    forward[l]: head stats, q/k std, Jacobian stats, filled by a forward hook on layer l as it runs;
+    backward[l]: d loss / d scores norm and row norms, filled by a hook on layer l's scores tensor when
+    the backward pass reaches it (empty for a layer the loss does not reach).
+    """
+
+    def __init__(self, n_layer: int, first: int, causal: bool, dead_jac: float):
+        self.first = first  # the first kept query row (rows before it see one key)
+        self.causal = causal
+        self.dead_jac = dead_jac
+        self.forward: list[dict] = [{} for _ in range(n_layer)]
+        self.backward: list[dict] = [{} for _ in range(n_layer)]
+
+    @contextlib.contextmanager
+    def hooked(self, blocks, stages: list[dict]):
+        """While active, each block's attention fills forward[l] and frees its captured tensors."""
+        handles = [block.attn.register_forward_hook(self._after_attention(li, stages))
+                   for li, block in enumerate(blocks)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _after_attention(self, li: int, stages: list[dict]):
+        def hook(module, args, output):
+            stage = stages[li]
+            scores, pattern = stage.pop("scores"), stage.pop("pattern")  # (B, H, T, T) each
+            q, k = stage.pop("q"), stage.pop("k")  # (B, H, T, d_k) each
+            self.forward[li] = forward_layer_stats(scores, pattern, q, k, self.first, self.causal, self.dead_jac)
+            if scores.requires_grad:
+                scores.register_hook(lambda g: self.backward.__setitem__(li, grad_layer_stats(g, self.first)))
+        return hook
+
+    def backward_or_zero(self, device: torch.device) -> list[dict]:
+        """backward, a layer the loss does not reach read as a zero gradient."""
+        return [layer or grad_layer_stats(torch.zeros(self.forward[li]["shape"], device=device), self.first)
+                for li, layer in enumerate(self.backward)]
+
+
+# ---- per-layer reduction -----------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def forward_layer_stats(scores, pattern, q, k, first: int, causal: bool, dead_jac: float) -> dict:
+    """One layer's forward statistics; scores, pattern: (B, H, T, T); q, k: (B, H, T, d_k)."""
+    jac = softmax_jacobian_norm(pattern[..., first:, :]).reshape(-1)  # (N,), N = B * H * kept rows
+    return {"head": head_attention_stats(scores, pattern, causal),  # each (H,)
+            "q": component_std(q, (0, 1, 2, 3)), "k": component_std(k, (0, 1, 2, 3)),  # () each
+            "jac_norm": jac.mean(), "jac_dead_frac": (jac < dead_jac).float().mean(),  # () each
+            "shape": scores.shape}
+
+
+@torch.no_grad()
+def grad_layer_stats(score_grad: torch.Tensor, first: int) -> dict:
+    """One layer's d loss / d scores (B, H, T, T) -> its L2 norm and the (N,) norms of its kept rows."""
+    g = score_grad.float()  # (B, H, T, T)
+    return {"norm": torch.linalg.vector_norm(g),  # ()
+            "rows": torch.linalg.vector_norm(g[..., first:, :], dim=-1).reshape(-1)}  # (N,)
+
+
+# ---- metric rows: pooling the per-layer reductions ---------------------------------------------------------
+
+
+class MetricSheet:
+    """Metric names and their values, kept on the device and copied to the host in one sync."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.pieces: list[torch.Tensor] = []
+
+    def put(self, keys: list[str], values: torch.Tensor) -> None:
+        self.names.extend(keys)
+        self.pieces.append(values.detach().float().reshape(-1))
+
+    def put_layers(self, key: str, per_layer: torch.Tensor, pooled: torch.Tensor) -> None:
+        """attn/x, (L,), () -> attn/L0/x ... attn/L{L-1}/x, then attn/x."""
+        keys = [mk.per_layer(key, li) for li in range(per_layer.numel())] + [key]
+        self.put(keys, torch.cat([per_layer, pooled.reshape(1)]))
+
+    def to_host(self) -> dict[str, float]:
+        host = torch.cat(self.pieces).cpu().tolist()  # the probe's one host sync
+        return dict(zip(self.names, host))
+
+
+def put_attention_stats(sheet: MetricSheet, forward: list[dict], per_head: bool) -> None:
+    """attn/<stat>: mean over heads per layer, then over layers (per head too when asked); q_std, k_std."""
+    for stat in ATTN_STATS:
+        by_head = torch.stack([layer["head"][stat] for layer in forward])  # (L, H)
+        per_layer = by_head.mean(-1)  # (L,): mean over heads
+        sheet.put_layers(f"attn/{stat}", per_layer, per_layer.mean())  # pooled: mean over layers
+        if per_head:
+            L, H = by_head.shape
+            sheet.put([f"attn/L{li}/H{h}/{stat}" for li in range(L) for h in range(H)], by_head)
+    for name in ("q", "k"):
+        per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
+        sheet.put_layers(f"attn/{name}_std", per_layer, per_layer.mean())
+
+
+def put_score_grads(sheet: MetricSheet, backward: list[dict]) -> None:
+    """grad/L{l}/scores: L2 norm of each layer's d loss / d scores; grad/scores: global L2 over layers."""
+    per_layer = torch.stack([layer["norm"] for layer in backward])  # (L,)
+    sheet.put_layers("grad/scores", per_layer, per_layer.norm())
+
+
+def put_param_grads(sheet: MetricSheet, group_names: list[str], membership: torch.Tensor,
+                    param_grads: list[torch.Tensor]) -> None:
+    """grad/<group>: joint L2 norm of each parameter group's gradients."""
+    squares = torch.stack(torch._foreach_norm(param_grads)).float() ** 2  # (P,), one fused kernel
+    sheet.put(group_names, (membership @ squares).sqrt())  # (G, P) @ (P,) -> (G,)
+
+
+# ---- Jacobian and gradient rows ----------------------------------------------------------------------------
+
+
+def put_jacobian_rows(sheet: MetricSheet, forward: list[dict]) -> None:
+    """attn/jac_norm, attn/jac_dead_frac: each layer's mean over its kept rows; pooled: mean over layers."""
+    for key, name in ((mk.ATTN_JAC_NORM, "jac_norm"), (mk.ATTN_JAC_DEAD_FRAC, "jac_dead_frac")):
+        per_layer = torch.stack([layer[name] for layer in forward])  # (L,)
+        sheet.put_layers(key, per_layer, per_layer.mean())
+
+
+@torch.no_grad()
+def put_gradient_rows(sheet: MetricSheet, row_norms: torch.Tensor, dead_grad: float) -> None:
+    """Quantiles, dead share and top-10% share of the row norms ||d loss / d S_i||.
+
+    row_norms: (L, N), each layer's norms over its N = B * H * kept rows (the kept rows are a suffix of
+    the query axis: a slice, no host sync). Quantiles and top10_share pool all rows of all layers;
+    dead_frac pools as the mean over layers (the same value, every layer having N rows).
+    """
+    by_layer = row_gradient_stats(row_norms, dead_grad)  # each (L,)
+    pooled = row_gradient_stats(row_norms.reshape(-1), dead_grad)  # each (): all rows of all layers
+    pooled["dead_frac"] = by_layer["dead_frac"].mean()  # a fraction: the mean over layers (same value)
+    for name, key in ROW_GRAD_KEYS.items():
+        sheet.put_layers(key, by_layer[name], pooled[name])
+
+
+@torch.no_grad()
+def put_qk_spectral(sheet: MetricSheet, model) -> None:
+    """attn/L{l}/qk_spectral: max over heads of the logit form's largest singular value; pooled: max over layers."""
+    attns = [block.attn for block in model.blocks]
+    scale = attns[0].scale
+    if model.cfg.qk_layernorm:
+        per_layer = qk_layernorm_spectral_norm(torch.stack([a.q_norm.weight for a in attns]),
+                                               torch.stack([a.k_norm.weight for a in attns]), scale)  # (L,)
+    else:
+        per_head = qk_spectral_norm(torch.stack([a.q.weight for a in attns]),
+                                    torch.stack([a.k.weight for a in attns]), model.cfg.n_head, scale)  # (L, H)
+        per_layer = per_head.amax(-1)  # (L,)
+    sheet.put_layers(mk.ATTN_QK_SPECTRAL, per_layer, per_layer.amax())
