@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh run directory and a way to run the real CLI as a subprocess."""
+"""Shared fixtures: a fresh run directory, a way to run the real CLI as a subprocess, and the one way tests
+compose conf/ (Hydra's own compose API) and its tiny preset."""
 
 from __future__ import annotations
 
@@ -10,6 +11,45 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+
+# The tiny preset: a one-layer 32-wide model on 16-token sequences of a small built-in chain, no probes,
+# logging or progress bar. Tests add what they need (steps, cadences, device) through tiny().
+TINY = ("logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
+        "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "probe.every=0",
+        "train.progress=false")
+
+
+def tiny(*changes: str) -> list[str]:
+    """The tiny preset's overrides with CHANGES: a change to a key the preset sets replaces that override in
+    place, any other is added at the end (so the effective values are those of the preset followed by CHANGES)."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0]
+
+    overrides = list(TINY)
+    for change in changes:
+        at = [i for i, o in enumerate(overrides) if key(o) == key(change)]
+        if at:
+            overrides[at[0]] = change
+        else:
+            overrides.append(change)
+    return overrides
+
+
+def compose_config(*overrides: str, hydra: bool = False):
+    """conf/config.yaml composed with OVERRIDES as the app composes it (Hydra's initialize_config_dir +
+    compose); hydra=True keeps the `hydra` node (launcher, sweeper)."""
+    from hydra import compose, initialize_config_dir
+
+    import andrea_exp.config.schema  # noqa: F401  registers base_config, the schema the yaml files extend
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def compose_tiny(*changes: str):
+    """The tiny preset with CHANGES, composed."""
+    return compose_config(*tiny(*changes))
 
 
 def cli_env() -> dict:
@@ -51,6 +91,12 @@ def run_dir(tmp_path) -> Path:
     path = tmp_path / "run"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def tiny_config():
+    """compose_tiny, as a fixture: tiny_config("train.max_steps=4") is the tiny preset composed with that change."""
+    return compose_tiny
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_config, compose_tiny, tiny
 
 from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.instruments import attn_stats
@@ -31,7 +31,6 @@ from andrea_exp.instruments.attn_stats import STATS, head_stats, head_stats_torc
 from andrea_exp.model.decoder import Andrea, ModelConfig
 from andrea_exp.runs import metric_keys as K
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 REL = 1e-4
 BF16_REL = 1e-2
 TS = (1, 2, 17, 128, 1024)
@@ -349,15 +348,12 @@ def test_metric_rows_pool_heads_and_layers_and_name_registered_keys():
 
 # ---------------------------------------------------------------- settings and the loop (CPU)
 
-TINY = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=2", "model.block_size=16", "data.seq_len=16",
-        "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=6",
-        "train.eval_every=0", "train.log_every=4", "probe.every=0", "train.progress=false", "train.device=cpu",
-        "train.sample_tokens=2"]
+TINY = tiny("model.n_layer=2", "train.max_steps=6", "train.eval_every=0", "train.log_every=4", "train.device=cpu",
+            "train.sample_tokens=2")
 
 
 def config(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("config", overrides=[*TINY, *overrides])
+    return compose_config(*TINY, *overrides)
 
 
 def test_settings_default_off_and_bad_values_are_one_line():
@@ -558,11 +554,9 @@ def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dt
 
 
 def gpu_config(*overrides: str):
-    small = ["logger.mode=disabled", "model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64",
-             "data.train_sequences=256", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=40",
-             "probe.every=0", "train.progress=false", "train.precision=bf16", "train.attn_stats=every"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("config", overrides=[*small, *overrides])
+    return compose_tiny("model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64",
+                        "data.train_sequences=256", "train.max_steps=40", "train.precision=bf16",
+                        "train.attn_stats=every", *overrides)
 
 
 def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

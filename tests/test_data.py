@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import data_error_line
-from hydra import compose, initialize_config_dir
+from conftest import compose_config, data_error_line
 from omegaconf import OmegaConf
 
 import andrea_exp.config.data_checks as checks_module
@@ -20,8 +18,6 @@ from andrea_exp.config.data_checks import check_data
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.data.sources import Dataset, MarkovSource, Split, build_dataset, floor_standard_error
 from andrea_exp.instruments.evaluate import evaluate
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def markov_cfg(**overrides):
@@ -66,8 +62,7 @@ def test_floor_is_the_mean_true_nll_of_the_held_out_split():
 
 
 def test_default_config_floor_by_hand():
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=["data.train_sequences=64"])
+    cfg = compose_config("data.train_sequences=64")
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
     assert data.floor == pytest.approx(floor_by_hand(data.source, data.eval.tokens), rel=1e-12)
 
@@ -499,8 +494,7 @@ def test_briefly_trained_causal_model_stays_above_the_floor(tmp_path):
 
     overrides = ["train.max_steps=100", "train.batch_size=16", "probe.every=0", "logger.mode=disabled",
                  "train.eval_every=0", "train.sample_tokens=4", "data.train_sequences=2000"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_config(*overrides)
     summary = train(cfg, tmp_path)
     assert summary["run/status"] == "finished" and summary["run/steps"] == 100
     loss, floor = summary["eval/loss_as_trained"], summary["eval/floor"]

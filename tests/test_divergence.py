@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tiny
 
 from andrea_exp.training.loop import Diverged, DivergenceWatch
 
-SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
-         "data.train_sequences=500", "data.eval_sequences=32", "train.batch_size=8", "train.max_steps=200",
-         "train.log_every=5", "probe.every=0", "train.progress=false"]
+SMALL = tiny("data.train_sequences=500", "data.eval_sequences=32", "train.max_steps=200", "train.log_every=5")
 BLOW_UP = ["train.lr=1e4", "train.warmup_steps=0", "train.grad_clip=0"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

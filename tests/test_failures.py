@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny
 from test_tracking import offline_runs, read_run
 
 from andrea_exp.launch.cli import describe_os_error, output_dir_error
 
-SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
-         "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=40",
-         "train.warmup_steps=2", "train.eval_every=0", "train.log_every=1", "probe.every=0", "train.progress=false",
-         "train.device=cpu", "train.sample_tokens=2"]
+SMALL = tiny("train.max_steps=40", "train.warmup_steps=2", "train.eval_every=0", "train.log_every=1",
+             "train.device=cpu", "train.sample_tokens=2")
 ROOM = 12  # lines metrics.jsonl takes before the simulated disk is full
 
 # The app with a disk that fills up after ROOM lines of metrics.jsonl: the write raises ENOSPC as a real

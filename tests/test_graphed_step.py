@@ -9,23 +9,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_tiny
 
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.training.graphed_step import GraphedStep, use_cuda_graph
 from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
 from andrea_exp.training.runtime import setup_runtime
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 ON = dict(device_type="cuda", world_size=1, dropout=0.0)
 
 
 def config(*overrides: str):
-    small = ["logger.mode=disabled", "model.d_model=64", "model.n_layer=2", "model.block_size=32", "data.seq_len=32",
-             "data.train_sequences=256", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=40",
-             "train.warmup_steps=5", "train.grad_clip=0.05", "probe.every=0", "train.progress=false"]
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("config", overrides=[*small, *overrides])
+    return compose_tiny("model.d_model=64", "model.n_layer=2", "model.block_size=32", "data.seq_len=32",
+                        "data.train_sequences=256", "train.max_steps=40", "train.warmup_steps=5",
+                        "train.grad_clip=0.05", *overrides)
 
 
 # ---------------------------------------------------------------- settings (CPU)

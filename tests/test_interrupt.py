@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny
 
 from andrea_exp.training import checkpoint, sweep_stop
 
-SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
-         "data.train_sequences=200", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=200",
-         "train.eval_every=0", "train.log_every=1", "probe.every=0", "train.progress=false", "train.sample_tokens=2"]
+SMALL = tiny("data.train_sequences=200", "train.max_steps=200", "train.eval_every=0", "train.log_every=1",
+             "train.sample_tokens=2")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0", "WANDB_MODE": "disabled"}
 
 

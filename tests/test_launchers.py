@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from conftest import compose_config
 from test_sweep import TINY, multirun
 from test_tracking import read_run
 
@@ -76,13 +77,7 @@ def test_slurm_path_through_submitits_local_executor(tmp_path):
 
 
 def test_slurm_preset_has_the_cluster_fields():
-    from hydra import compose, initialize_config_dir
-
-    from andrea_exp.launch.cli import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
-                      return_hydra_config=True)
+    cfg = compose_config("hydra/launcher=slurm", "hydra.launcher.partition=gpu", hydra=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.partition, launcher.gpus_per_node, launcher.timeout_min) == ("gpu", 1, 240)

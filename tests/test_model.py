@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 
 from andrea_exp.model.decoder import Andrea, ModelConfig
 from andrea_exp.training.loop import build_model
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def small_cfg(**overrides) -> ModelConfig:
@@ -122,11 +119,6 @@ def test_qk_layernorm_normalises_each_head_vector():
     model.set_capture(False)
     plain = Andrea(small_cfg(qk_layernorm=False))
     assert isinstance(plain.blocks[0].attn.q_norm, torch.nn.Identity)
-
-
-def compose_config(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("config", overrides=list(overrides))
 
 
 def gpt2_124m_param_count(V=50304, T=1024, d=768, L=12) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 
 import andrea_exp.data.prepare as prepare_module
 from andrea_exp.config.data_checks import held_out_token_windows
@@ -390,9 +390,8 @@ def test_bytes_after_bpe_removes_the_old_tokenizer(capsys, tmp_path, text_file):
 
 
 def tokens_cfg(path, **overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=["data=tokens", f"data.path={path}", f"data.seq_len={T}",
-                                           *(f"{k}={v}" for k, v in overrides.items())])
+    cfg = compose_config("data=tokens", f"data.path={path}", f"data.seq_len={T}",
+                         *(f"{k}={v}" for k, v in overrides.items()))
     return cfg.data
 
 

@@ -5,20 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 from omegaconf import OmegaConf
 
 from andrea_exp.report.cells import TRAINING, group_experiments, study_axes
 from andrea_exp.report.runs import load_runs
 
-REPO = Path(__file__).resolve().parent.parent
 
-
-def compose_config(overrides: list[str]) -> dict:
+def resolved_config(overrides: list[str]) -> dict:
     """The resolved config a run of the real conf/ gets from these overrides (Hydra's own compose API)."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    return OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_container(compose_config(*overrides), resolve=True)
 
 
 def write_run(run_dir: Path, config: dict) -> None:
@@ -35,7 +31,7 @@ def test_a_sweep_over_weight_decay_splits_cells_by_weight_decay(tmp_path):
     job = 0
     for weight_decay in (0.0, 0.1, 0.3):
         for seed in (0, 1):
-            config = compose_config(["name=wd_study", f"train.weight_decay={weight_decay}", f"seed={seed}",
+            config = resolved_config(["name=wd_study", f"train.weight_decay={weight_decay}", f"seed={seed}",
                                      f"probe.every={10 * (seed + 1)}", "logger.mode=disabled"])
             write_run(tmp_path / "multirun" / "wd_study" / "2026-01-01_00-00-00" / str(job), config)
             job += 1
@@ -52,7 +48,7 @@ def test_a_setting_that_differs_only_between_sweeps_tells_experiments_apart(tmp_
     # two sweeps of d_k, one at seq_len 32 and one at 64: d_k splits cells, seq_len splits experiments
     for seq_len in (32, 64):
         for job, d_k in enumerate((8, 16)):
-            config = compose_config(["name=grid", f"data.seq_len={seq_len}", f"model.d_k={d_k}"])
+            config = resolved_config(["name=grid", f"data.seq_len={seq_len}", f"model.d_k={d_k}"])
             write_run(tmp_path / f"sweep_{seq_len}" / str(job), config)
     runs = load_runs([tmp_path])
     assert study_axes(runs) == ["model.d_k"]

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import compose_config, tiny
 
 from andrea_exp.training import checkpoint
 
 # small and quick on a 2-core CPU; log_every does not divide ckpt_every, so windows are cut at checkpoints
-SMALL = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
-         "data.train_sequences=500", "data.eval_sequences=32", "train.batch_size=16", "train.max_steps=120",
-         "train.ckpt_every=20", "train.eval_every=20", "train.log_every=7", "probe.every=10", "probe.maps_every=0",
-         "train.progress=false"]
+SMALL = tiny("data.train_sequences=500", "data.eval_sequences=32", "train.batch_size=16", "train.max_steps=120",
+             "train.ckpt_every=20", "train.eval_every=20", "train.log_every=7", "probe.every=10",
+             "probe.maps_every=0")
 TIMING_KEYS = ("train/tokens_per_s",)  # wall-clock rates: the only values allowed to differ between runs
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"}  # one thread: identical float sums
 
@@ -242,11 +242,8 @@ def test_a_model_of_another_shape_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- dropout: the random streams must be restored
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-DROPOUT = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
-           "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=30",
-           "train.warmup_steps=5", "train.eval_every=0", "train.ckpt_every=10", "train.log_every=5", "probe.every=0",
-           "train.progress=false", "train.device=cpu", "train.sample_tokens=2", "model.dropout=0.1"]
+DROPOUT = tiny("train.max_steps=30", "train.warmup_steps=5", "train.eval_every=0", "train.ckpt_every=10",
+               "train.log_every=5", "train.device=cpu", "train.sample_tokens=2", "model.dropout=0.1")
 CRASH_AT = 20
 
 
@@ -255,10 +252,7 @@ class Crash(Exception):
 
 
 def dropout_config(*extra: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("config", overrides=[*DROPOUT, *extra])
+    return compose_config(*DROPOUT, *extra)
 
 
 def train_losses(run_dir: Path) -> dict[int, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 from omegaconf import OmegaConf
 
 from andrea_exp.config import schema
@@ -16,20 +16,15 @@ OPTIONS = {group: sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
            for group in ("model", "data", "experiment")}
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
 def test_the_yaml_files_extend_the_stored_schema():
     assert OmegaConf.load(CONF_DIR / "config.yaml").defaults[0] == "base_config"
-    cfg = composed()
+    cfg = compose_config()
     assert OmegaConf.get_type(cfg.train) is schema.TrainSchema and OmegaConf.get_type(cfg) is schema.Config
 
 
 @pytest.mark.parametrize("choice", [f"{g}={o}" for g, opts in OPTIONS.items() for o in opts])
 def test_every_preset_sets_only_schema_keys_and_every_required_one(choice):
-    cfg = composed(choice)
+    cfg = compose_config(choice)
     keys = {f"{group}.{leaf}" for group in schema.GROUPS for leaf in cfg[group]}
     keys |= {name for name in cfg if name not in schema.GROUPS}
     assert keys == set(SETTINGS)
@@ -57,7 +52,7 @@ def test_validate_walks_every_setting_of_the_schema(key):
     """Each field's rule is applied by validate(): a value it refuses comes back as one line naming the key."""
     spec = SETTINGS[key]
     sources = spec.metadata["sources"]
-    cfg = composed(f"data={sources[0]}") if sources and "markov" not in sources else composed()
+    cfg = compose_config(f"data={sources[0]}") if sources and "markov" not in sources else compose_config()
     if isinstance(spec.metadata["rule"], (schema.Text, schema.TextList)):
         value = 3  # a number where text is wanted
     else:
@@ -90,8 +85,8 @@ def test_each_rule_message_says_what_is_allowed():
 
 def test_model_scale_keeps_its_permissive_values():
     for value in ("true", "false", "sqrt", "none", "inv", "on"):
-        assert composed(f"model.scale={value}").model.scale is not None
-    cfg = composed("model.scale=inv")
+        assert compose_config(f"model.scale={value}").model.scale is not None
+    cfg = compose_config("model.scale=inv")
     validate(cfg)
 
 

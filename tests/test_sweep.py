@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 from omegaconf import OmegaConf
 from test_tracking import read_run
 
-from andrea_exp.launch.cli import CONF_DIR
 from andrea_exp.runs.naming import run_name, run_tags, swept_keys
 from andrea_exp.runs.table import format_table
 
@@ -143,8 +142,7 @@ def test_a_cell_that_raises_while_training_is_failed_in_wandb(tmp_path):
 @pytest.mark.parametrize("name,cells", [("claims_grid", 36), ("leak_gap", 6), ("qk_init", 36),
                                         ("scaling_at_init", 90), ("lr_sensitivity", 108), ("extras", 72)])
 def test_experiment_presets_compose(name, cells):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    cfg = compose_config(f"experiment={name}", hydra=True)
     assert cfg.name == name and cfg.model.name == "andrea_small"
     params = cfg.hydra.sweeper.params
     count = 1
@@ -157,8 +155,7 @@ def test_experiment_presets_compose(name, cells):
 
 
 def test_the_chapter_scale_preset_is_andrea_120m_at_t_1024_on_prepared_tokens():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=claims_120m"], return_hydra_config=True)
+    cfg = compose_config("experiment=claims_120m", hydra=True)
     assert cfg.name == "claims_120m" and cfg.model.name == "andrea_120m"
     assert (cfg.model.d_model, cfg.model.n_layer, cfg.model.n_head) == (768, 12, 12)
     assert cfg.data.name == "tokens" and cfg.data.seq_len == 1024 <= cfg.model.block_size

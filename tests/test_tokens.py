@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import data_error_line
-from hydra import compose, initialize_config_dir
+from conftest import compose_config, data_error_line
 from omegaconf import OmegaConf
 
 import andrea_exp.config.data_checks as checks_module
@@ -19,7 +18,6 @@ from andrea_exp.config.data_checks import check_data
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.data.sources import TokenWindows, build_dataset
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 T = 8
 
 
@@ -43,8 +41,7 @@ def tokens_cfg(path, **overrides):
 
 def test_conf_file_composes_and_builds(tmp_path):
     root = corpus(tmp_path)
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=["data=tokens", f"data.path={root}", "data.seq_len=8"])
+    cfg = compose_config("data=tokens", f"data.path={root}", "data.seq_len=8")
     # the data schema is shared by every source; the Markov chain's fields stay null for data=tokens, and
     # vocab_size is null: meta.json's, else (as here, a directory without one) GPT-2's 50257
     assert {k for k, v in cfg.data.items() if v is not None} == {"name", "seq_len", "path", "eval_sequences"}
@@ -53,8 +50,7 @@ def test_conf_file_composes_and_builds(tmp_path):
     assert data.vocab_size == 50257
     assert math.isnan(data.floor) and math.isnan(data.floor_standard_error)
     assert data.decode([1, 2]) is None  # GPT-2 token ids, and no tokenizer to read them with
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        unset = compose("config", overrides=["data=tokens"])
+    unset = compose_config("data=tokens")
     with pytest.raises(ConfigError, match=r"^data\.path must name a directory holding train\.bin and val\.bin "
                                           r"when data=tokens; got nothing$"):
         check_data(unset.data, 8)

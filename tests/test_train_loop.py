@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_config, tiny
 from omegaconf import OmegaConf
 
 from andrea_exp.config.validation import ConfigError
@@ -22,16 +22,12 @@ from andrea_exp.training.loop import DivergenceWatch, LoopState, probe_due, trai
 from andrea_exp.training.runfacts import code_sha, git_facts
 from andrea_exp.training.runtime import Runtime, setup_runtime
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-TINY = ["logger.mode=disabled", "model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16",
-        "data.train_sequences=64", "data.eval_sequences=8", "train.batch_size=8", "train.max_steps=4",
-        "train.eval_every=0", "train.log_every=2", "probe.every=0", "train.progress=false", "train.device=cpu",
-        "train.sample_tokens=2"]
+TINY = tiny("train.max_steps=4", "train.eval_every=0", "train.log_every=2", "train.device=cpu",
+            "train.sample_tokens=2")
 
 
 def config(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose("config", overrides=[*TINY, *overrides])
+    return compose_config(*TINY, *overrides)
 
 
 # ---------------------------------------------------------------- probe cadence

@@ -12,22 +12,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_config, tiny
 
 from andrea_exp.runs.rundir import read_metrics
 from andrea_exp.training.loop import train
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-TINY = ["logger.mode=disabled", "train.device=cpu", "train.progress=false", "probe.every=0",
-        "model.d_model=16", "model.n_layer=1", "model.n_head=2", "model.d_k=8", "model.d_v=8",
-        "model.block_size=8", "data.seq_len=8", "data.train_sequences=64", "data.eval_sequences=4",
-        "train.batch_size=4", "train.eval_every=0", "train.sample_tokens=2"]
+TINY = tiny("train.device=cpu", "model.d_model=16", "model.n_head=2", "model.d_k=8", "model.d_v=8",
+            "model.block_size=8", "data.seq_len=8", "data.eval_sequences=4", "train.batch_size=4",
+            "train.eval_every=0", "train.sample_tokens=2")
 
 
 def run(tmp_path: Path, *overrides: str) -> tuple[dict[int, dict], Path]:
     """Train with TINY + overrides; return {step: every train/* and grad/* value logged at that step}, run dir."""
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=[*TINY, *overrides])
+    cfg = compose_config(*TINY, *overrides)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     summary = train(cfg, run_dir)
@@ -160,8 +157,7 @@ def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
 def test_adam_betas_and_weight_decay_come_from_the_settings():
     from andrea_exp.training.loop import build_model, build_optimizer
 
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=[*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3"])
+    cfg = compose_config(*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3")
     optimizer, _ = build_optimizer(build_model(cfg, vocab_size=16), cfg, torch.device("cpu"))
     assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
     assert sorted({group["weight_decay"] for group in optimizer.param_groups}) == [0.0, 0.3]
