@@ -38,7 +38,7 @@ import numpy as np
 from andrea_exp.config.data_checks import BINARY_SAMPLE, TOKEN_DTYPE, TOKEN_META, binary_cause, held_out_token_windows
 from andrea_exp.config.errors import ConfigError, describe_os_error, unwritable
 from andrea_exp.data.corpora import archive_texts
-from andrea_exp.data.references import SMOOTHING, NgramCounts, held_out_references
+from andrea_exp.data.references import SMOOTHING, NgramCounts, held_out_references, token_file_stretches
 
 TOKENIZERS = ("bytes", "bpe", "gpt2")
 FORMAT = 1  # meta.json's layout and the tokenizing rules; a change makes every prepared directory stale
@@ -359,7 +359,6 @@ def up_to_date(out: Path, settings: dict, inputs: list[dict]) -> bool:
 def references(train: np.ndarray, val_file: Path, val_tokens: int, vocab_size: int, seq_len: int) -> dict:
     """Held-out unigram / bigram cross-entropy of val.bin's windows under train.bin's counts, as data=tokens
     records them (train.bin counted whole up to 2^25 tokens, else in 64 evenly spaced stretches)."""
-    from andrea_exp.data.sources import token_file_stretches  # imports torch: only once the tokens are there
 
     windows = min((val_tokens - 1) // seq_len, REFERENCE_WINDOWS)
     held = held_out_token_windows(val_file, seq_len, windows)

@@ -82,3 +82,17 @@ def held_out_references(counts: NgramCounts, windows: np.ndarray) -> dict[str, f
     unigram = -np.log(counts.unigram_prob()[nxt]).mean()
     bigram = -np.log(counts.bigram_prob(prev, nxt)).mean()
     return {"unigram": float(unigram), "bigram": float(bigram), "log_vocab": math.log(counts.vocab_size)}
+
+
+# Training tokens counted for the unigram / bigram references of data=tokens: a corpus larger than this is
+# counted on this many tokens in 64 evenly spaced stretches (counts settle long before).
+REFERENCE_TOKENS = 1 << 25
+
+
+def token_file_stretches(ids: np.ndarray, budget: int = REFERENCE_TOKENS, pieces: int = 64) -> list[np.ndarray]:
+    """A token file whole when it holds at most `budget` tokens, else `pieces` evenly spaced stretches of it."""
+    if ids.size <= budget:
+        return [np.asarray(ids)]
+    size = budget // pieces
+    starts = np.arange(pieces, dtype=np.int64) * (ids.size - size) // (pieces - 1)
+    return [np.asarray(ids[s : s + size]) for s in starts]

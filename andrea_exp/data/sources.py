@@ -33,12 +33,9 @@ from andrea_exp.config.data_checks import (
     token_vocab_size,
     too_large_id,
 )
-from andrea_exp.data.references import NgramCounts, held_out_references
+from andrea_exp.data.references import NgramCounts, held_out_references, token_file_stretches
 
 HELD_OUT_SEED = 10_007  # the held-out set's random stream, independent of the run's seed
-# Training tokens counted for the unigram / bigram references of data=tokens: a corpus larger than this is
-# counted on this many tokens in 64 evenly spaced stretches (counts settle long before).
-REFERENCE_TOKENS = 1 << 25
 
 
 @dataclass
@@ -255,15 +252,6 @@ class Dataset:
         start = slot * global_bs + rank * batch_size
         rows = self.train.tokens[perm[start : start + batch_size]]
         return rows[:, :-1], rows[:, 1:]
-
-
-def token_file_stretches(ids: np.ndarray, budget: int = REFERENCE_TOKENS, pieces: int = 64) -> list[np.ndarray]:
-    """A token file whole when it holds at most `budget` tokens, else `pieces` evenly spaced stretches of it."""
-    if ids.size <= budget:
-        return [np.asarray(ids)]
-    size = budget // pieces
-    starts = np.arange(pieces, dtype=np.int64) * (ids.size - size) // (pieces - 1)
-    return [np.asarray(ids[s : s + size]) for s in starts]
 
 
 def references_of(train_sequences, held_out: torch.Tensor, vocab_size: int) -> dict[str, float]:

@@ -9,10 +9,9 @@ import math
 
 import torch
 
+from andrea_exp.model.stat_rows import N_STATS, STATS, kept_rows  # noqa: F401  (STATS re-exported)
 from andrea_exp.runs.metric_keys import SATURATION
 
-STATS = ("score_max", "entropy", "entropy_norm", "max_prob", "max_prob_max", "saturated_frac")
-N_STATS = len(STATS)
 KEY_CHUNK = 256  # keys per block on the PyTorch path
 
 
@@ -51,11 +50,6 @@ def row_softmax_stats(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bo
 def visible_counts(T: int, causal: bool, device=None) -> torch.Tensor:
     """(T,) keys each query row sees: i + 1 when causal, T otherwise."""
     return torch.arange(1, T + 1, device=device) if causal else torch.full((T,), T, device=device)
-
-
-def kept_rows(T: int, causal: bool) -> int:
-    """Query rows with more than one visible key (those entropy_norm averages over)."""
-    return T - 1 if causal else (T if T > 1 else 0)
 
 
 def head_stats_from_rows(m, total, a, causal: bool, threshold: float = SATURATION) -> torch.Tensor:

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from andrea_exp.model.step_stats import N_STATS, kept_rows
+from andrea_exp.model.stat_rows import N_STATS, kept_rows
 
 LOG2E = 1.4426950408889634
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
