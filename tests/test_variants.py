@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -85,3 +86,66 @@ def test_the_schema_and_the_model_read_the_registry():
     assert variants.resolve_attn_impl(ModelSchema(**{**TINY, "d_k": 512})) == "bilinear"
     assert variants.resolve_attn_impl(ModelSchema(**{**TINY, "d_k": 512}, qk_layernorm=True)) == "explicit"
     assert variants.normalize_mask_fill("-inf") == -math.inf
+
+
+# ---------------------------------------------------------------- a score transform is one registry entry
+
+
+def softcap(scores, cap):
+    return cap * (scores / cap).tanh()
+
+
+@pytest.fixture
+def with_softcap(monkeypatch):
+    """A soft-capping variant registered as a new variant would be (its setting set on the instance here,
+    where a real one has its line in ModelSchema)."""
+    monkeypatch.setitem(variants.SCORE_TRANSFORMS, "softcap_for_test", softcap)
+
+    def spec(cap, **overrides):
+        cfg = ModelSchema(**{**TINY, "scale": "none", **overrides})
+        cfg.softcap_for_test = cap
+        return cfg
+    return spec
+
+
+def test_no_transform_is_registered_and_no_preset_turns_one_on():
+    assert variants.SCORE_TRANSFORMS == {}
+    assert variants.score_transforms(ModelSchema(**TINY)) == ()
+
+
+def test_a_transform_is_applied_to_the_scaled_scores_before_the_mask():
+    from andrea_exp.model.attention import explicit_attention
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64) * 3 for _ in range(3))
+    out, pattern = explicit_attention(q, k, v, scale=0.5, causal=True, transforms=(lambda s: softcap(s, 1.5),))
+    scores = softcap(0.5 * q @ k.transpose(-1, -2), 1.5)  # (B, H, T, T), by hand
+    scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -math.inf)
+    expected = torch.softmax(scores, -1)
+    assert torch.allclose(pattern, expected) and torch.allclose(out, expected @ v)
+    assert pattern.triu(1).abs().max() == 0  # a masked entry carries no mass
+
+
+def test_the_model_takes_a_registered_transform_on_every_explicit_path(with_softcap):
+    torch.manual_seed(0)
+    x = torch.randint(0, 12, (2, 9))
+    capped = Andrea(with_softcap(0.25, qk_init="unit"))
+    assert capped.blocks[0].attn.impl == "explicit"  # auto never takes the fused kernels with a transform
+    loose = Andrea(with_softcap(1e9, qk_init="unit"))
+    loose.load_state_dict(capped.state_dict())
+    plain = Andrea(ModelSchema(**{**TINY, "scale": "none", "qk_init": "unit"}))
+    plain.load_state_dict(capped.state_dict())
+    assert torch.allclose(loose(x)[0], plain(x)[0], atol=1e-5)  # a cap far above the scores changes nothing
+    assert not torch.allclose(capped(x)[0], plain(x)[0], atol=1e-3)
+    attn = capped.blocks[0].attn
+    attn.stages = {}
+    capped(x)  # the probe's capture: the explicit path with stages
+    assert attn.stages["scores"].masked_fill(torch.isinf(attn.stages["scores"]), 0).abs().max() <= 0.25
+
+
+def test_a_transform_is_refused_with_the_fused_kernels_and_the_every_step_statistics(with_softcap):
+    with pytest.raises(ConfigError, match="model.attn_impl=fused cannot apply softcap_for_test"):
+        variants.check_variant(with_softcap(5.0, attn_impl="fused"))
+    with pytest.raises(ConfigError, match="train.attn_stats=every reads q and k alone, without softcap_for_test"):
+        variants.check_with_training(with_softcap(5.0), "every")
+    variants.check_with_training(with_softcap(5.0), "off")
+    variants.check_with_training(ModelSchema(**TINY), "every")  # no transform: the statistics are exact

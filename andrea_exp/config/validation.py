@@ -13,9 +13,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp.config import schema
+from andrea_exp.config.choices import normalize_attn_stats
 from andrea_exp.config.data_checks import check_data, token_vocab_size
 from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
-from andrea_exp.config.variants import check_variant
+from andrea_exp.config.variants import check_variant, check_with_training
 
 _ABSENT = object()
 _WARMUP_DEFAULT_FILE = "train/default.yaml"
@@ -65,6 +66,7 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
         raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) must be <= model.block_size ({cfg.model.block_size})")
     _check_warmup(cfg.train)
     check_variant(cfg.model)  # the attention variant's rules across its settings (ModelSchema checks them too)
+    check_with_training(cfg.model, normalize_attn_stats(cfg.train.attn_stats))
     if source == "markov" and cfg.data.vocab_size ** cfg.data.order > 2_000_000:
         raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
                           f"got {cfg.data.vocab_size}**{cfg.data.order}")

@@ -3,12 +3,14 @@ LayerNorm, and which path (fused kernels, explicit, bilinear) a variant may take
 
 Free of torch: the schema's rules read the allowed values here (a sweep's launcher never imports torch), and
 model.attention / model.decoder compute with the same entries. A new variant (e.g. logit soft-capping) is an
-entry here, its setting's line in config/schema.py's ModelSchema, and its test.
+entry here, its setting's line in config/schema.py's ModelSchema, and its test: a transform of the scaled
+scores goes into SCORE_TRANSFORMS, and the model, the probe's stages and the path rules below take it up.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from andrea_exp.config.errors import ConfigError
 
@@ -24,6 +26,15 @@ _SCALE_ALIASES = {"true": "sqrt", "on": "sqrt", "false": "none", "off": "none"}
 # `model.mask_fill`: what the future's scores become before the softmax (the fused kernels take -inf only)
 FUSED_MASK_FILL = -math.inf
 MASK_FILL_MAX = -1e4  # a finite fill must be at least this negative
+
+# Transforms of the scaled scores before the mask, each keyed by the ModelSchema field that sets it: on when
+# that field is set (not null, not 0), applied in key order as f(scores, value). Written with tensor methods,
+# so this module stays free of torch; e.g. soft-capping: "logit_softcap": lambda s, cap: cap * (s / cap).tanh().
+# The fused kernels cannot apply them, nor can the every-step statistics pass (it reads q and k alone).
+SCORE_TRANSFORMS: dict[str, Callable] = {}
+FUSED_TAKES_NO_TRANSFORM = "model.attn_impl=fused cannot apply {names} to the scores; use auto, explicit or bilinear"
+STATS_SEE_NO_TRANSFORM = ("train.attn_stats=every reads q and k alone, without {names} on the scores; "
+                          "use train.attn_stats=off with it")
 
 # `model.qk_layernorm`: a LayerNorm over each head's q and k (before the scale); a flag
 QK_LAYERNORM = (True, False)
@@ -73,18 +84,37 @@ def prefer_fused(d_k: int, d_v: int, mask_fill: float) -> bool:
     return max(d_k, d_v) <= FUSED_MAX_HEAD_DIM and mask_fill == FUSED_MASK_FILL
 
 
+def transforms_on(model) -> list[str]:
+    """The SCORE_TRANSFORMS a ModelSchema (or its composed node) turns on, in application order."""
+    return [name for name in SCORE_TRANSFORMS if getattr(model, name, None)]
+
+
+def score_transforms(model) -> tuple[Callable, ...]:
+    """The model's score transforms as functions of the scores alone, bound to its settings."""
+    return tuple((lambda fn, value: lambda scores: fn(scores, value))(SCORE_TRANSFORMS[name], getattr(model, name))
+                 for name in transforms_on(model))
+
+
 def check_variant(model) -> None:
     """The rules across model settings, for a ModelSchema or its composed node: ConfigError on a bad pair."""
     if model.attn_impl == "bilinear" and model.qk_layernorm:
         raise ConfigError(BILINEAR_NEEDS_NO_QK_LAYERNORM)
+    if model.attn_impl == "fused" and transforms_on(model):
+        raise ConfigError(FUSED_TAKES_NO_TRANSFORM.format(names=", ".join(transforms_on(model))))
+
+
+def check_with_training(model, attn_stats: str) -> None:
+    """The variant against the training's own readers of attention: the every-step statistics pass."""
+    if attn_stats == "every" and transforms_on(model):
+        raise ConfigError(STATS_SEE_NO_TRANSFORM.format(names=", ".join(transforms_on(model))))
 
 
 def resolve_attn_impl(model) -> str:
-    """`model.attn_impl` resolved: auto takes the fused kernels up to head dim 256 (and the -inf fill), the
-    bilinear form when d_k exceeds d_model (and no QK-LayerNorm needs q and k themselves), the explicit path
-    otherwise."""
+    """`model.attn_impl` resolved: auto takes the fused kernels up to head dim 256 (with the -inf fill and no
+    score transform), the bilinear form when d_k exceeds d_model (and no QK-LayerNorm needs q and k
+    themselves), the explicit path otherwise."""
     if model.attn_impl != "auto":
         return model.attn_impl
-    if prefer_fused(model.d_k, model.d_v, normalize_mask_fill(model.mask_fill)):
+    if prefer_fused(model.d_k, model.d_v, normalize_mask_fill(model.mask_fill)) and not transforms_on(model):
         return "fused"
     return "bilinear" if model.d_k > model.d_model and not model.qk_layernorm else "explicit"

@@ -52,7 +52,7 @@ def _fill_for(dtype: torch.dtype, mask_fill: float) -> float:
 
 
 def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float = -math.inf, stages=None,
-                       visible_keys=None, heads_first: bool = False):
+                       visible_keys=None, heads_first: bool = False, transforms=()):
     """The formula written out. q, k: (B, H, T, d_k); v: (B, H, T, d_v).
 
     When `stages` is a dict, it receives the named intermediates: `scores` (scaled and masked,
@@ -61,9 +61,13 @@ def explicit_attention(q, k, v, *, scale: float, causal: bool, mask_fill: float 
     visible_keys (B,), when given, leaves batch row b only keys j < visible_keys[b]: the others get
     -inf whatever mask_fill is (they are absent, not masked the way the model masks), so their
     attention weight is exactly 0. heads_first: q, k, v are (H, B, T, d), batch on dim 1.
+    transforms: functions of the scaled scores applied before the mask, in order (config.variants'
+    SCORE_TRANSFORMS, bound by score_transforms).
     """
     scores = qk_scores(q, k)  # (B, H, T, T) = q @ k^T, its gradients written contiguous
     scores = scores * scale
+    for transform in transforms:
+        scores = transform(scores)  # (B, H, T, T)
     if causal:
         future = future_mask(q.size(-2), k.size(-2), q.device)  # (T, T)
         scores = scores.masked_fill(future, _fill_for(scores.dtype, mask_fill))

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from andrea_exp.config.schema import ModelSchema
-from andrea_exp.config.variants import normalize_mask_fill, resolve_attn_impl
+from andrea_exp.config.variants import normalize_mask_fill, resolve_attn_impl, score_transforms
 from andrea_exp.model.attention import explicit_attention, fused_attention, scale_factor
 from andrea_exp.model.chunked_loss import linear_cross_entropy
 from andrea_exp.model.head_gemms import head_projection
@@ -47,6 +47,7 @@ class Attention(nn.Module):
         self.scale = scale_factor(cfg.scale, cfg.d_k)
         self.causal = bool(cfg.causal)
         self.mask_fill = normalize_mask_fill(cfg.mask_fill)
+        self.transforms = score_transforms(cfg)  # of the scaled scores, before the mask (config.variants)
         self.impl = resolve_attn_impl(cfg)  # fused | explicit | bilinear
         self.use_fused = self.impl == "fused"
         self.sdpa_backend = cfg.sdpa_backend
@@ -90,7 +91,8 @@ class Attention(nn.Module):
         else:  # captured for a probe: the explicit path, every stage named
             self.stages["q"], self.stages["k"] = q, k
             out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
-                                        stages=self.stages, visible_keys=visible_keys)  # (B, H, T, d_v)
+                                        stages=self.stages, visible_keys=visible_keys,
+                                        transforms=self.transforms)  # (B, H, T, d_v)
         out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
         return self.o(out)  # (B, T, d_model)
 
@@ -118,7 +120,8 @@ class Attention(nn.Module):
         if self.step_stats is not None:  # bilinear: the operands are a (q, k) pair of width d_model
             record_step_stats(self, q.transpose(0, 1), k.transpose(0, 1), causal, visible_keys)  # (B, H, T, .)
         out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
-                                    visible_keys=visible_keys, heads_first=True)  # (H, B, T, d_v)
+                                    visible_keys=visible_keys, heads_first=True,
+                                    transforms=self.transforms)  # (H, B, T, d_v)
         return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)
 
     def bilinear_operands(self, x):
