@@ -39,14 +39,11 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.training.graphed_step import GraphedStep
-from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
-from andrea_exp.training.runtime import setup_runtime
 from benchmarks.claims_grid_speed import cell_overrides
-from benchmarks.common import compose_cfg, git_commit, timed
+from benchmarks.common import build_cell, compose_cfg, git_commit, timed
 from benchmarks.throughput import Result, andrea_overrides, sync, timed_window
 
 TARGET_COST_PCT, GOAL_COST_PCT = 2.0, 1.0
@@ -83,15 +80,7 @@ class Arm:
     before_step / after_step, flush at every train.log_every steps); losses and the last attn_step row kept."""
 
     def __init__(self, cfg):
-        self.rt = setup_runtime(cfg)
-        torch.manual_seed(cfg.seed)
-        self.data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(self.rt.device)
-        self.model = build_model(cfg, self.data.vocab_size).to(self.rt.device)
-        optimizer, scheduler = build_optimizer(self.model, cfg, self.rt.device)
-        self.stats = attn_stats.from_config(cfg, self.model)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.train_step = build_step(cfg, self.rt, wrap_for_training(self.model, cfg, self.rt), params, optimizer,
-                                     scheduler, cfg.train.grad_clip)
+        self.rt, self.data, self.model, self.train_step, self.stats = build_cell(cfg)
         self.batch_size, self.seed, self.log_every = cfg.train.batch_size, cfg.seed, cfg.train.log_every
         self.step_no, self.window, self.losses, self.last_row = 0, [], [], {}
 

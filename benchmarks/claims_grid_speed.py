@@ -61,7 +61,7 @@ def step_flops(cfg, params: int) -> float:
 def time_mode(cfg, graphed: bool, warmup: int, steps: int) -> dict:
     """Seconds per step and the timed steps' losses of one fresh model in one mode."""
     cfg.train.cuda_graph = graphed
-    rt, data, model, step = build_cell(cfg)
+    rt, data, model, step, _ = build_cell(cfg)
     if graphed and not isinstance(step, GraphedStep):
         raise RuntimeError("train.cuda_graph=true did not give a graphed step")
     bs = local_batch_size(cfg.train.batch_size, 1)

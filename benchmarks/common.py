@@ -18,11 +18,13 @@ def compose_cfg(overrides: list[str]):
 
 
 def build_cell(cfg):
-    """(runtime, data on its device, model, step) for one run config, the step as train() builds it
-    (a CUDA graph where train.cuda_graph allows one): what the per-step benchmarks time."""
+    """(runtime, data on its device, model, step, attention statistics) for one run config, built as train()
+    builds them: the statistics (train.attn_stats) enabled before the step, since a CUDA graph or a compiled
+    model captures their buffers, then the step (a CUDA graph where train.cuda_graph allows one)."""
     import torch
 
     from andrea_exp.data.sources import build_dataset
+    from andrea_exp.instruments import attn_stats
     from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
     from andrea_exp.training.runtime import setup_runtime
 
@@ -31,9 +33,10 @@ def build_cell(cfg):
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
     model = build_model(cfg, data.vocab_size).to(rt.device)
     optimizer, scheduler = build_optimizer(model, cfg, rt.device)
+    stats = attn_stats.from_config(cfg, model)  # before the step: it adds buffers to the model
     params = [p for p in model.parameters() if p.requires_grad]
     step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
-    return rt, data, model, step
+    return rt, data, model, step, stats
 
 
 def warmed_cell(cfg, timed_steps: int, warmup_steps: int = 5):
@@ -41,7 +44,7 @@ def warmed_cell(cfg, timed_steps: int, warmup_steps: int = 5):
     the step is graphed, its capture), with the next `timed_steps` batches already on the device."""
     from andrea_exp.training.loop import local_batch_size
 
-    rt, data, model, step = build_cell(cfg)
+    rt, data, model, step, _ = build_cell(cfg)
     bs = local_batch_size(cfg.train.batch_size, 1)
     batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(warmup_steps + timed_steps)]
     for x, y in batches[:warmup_steps]:

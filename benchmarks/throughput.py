@@ -32,13 +32,10 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments.probe import Probe
 from andrea_exp.model.attention import SDPA_BACKENDS, fused_attention
 from andrea_exp.training.graphed_step import WARMUP_STEPS, GraphedStep
-from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
-from andrea_exp.training.runtime import setup_runtime
-from benchmarks.common import compose_cfg, git_commit, timed
+from benchmarks.common import build_cell, compose_cfg, git_commit, timed
 from benchmarks.reference_gpt import GPT, GPTConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "throughput_h200.json"
@@ -109,17 +106,10 @@ class AndreaRun:
     probe at conf/probe's cadence and train()'s one host sync per logging window."""
 
     def __init__(self, cfg, run_dir: Path):
-        self.rt = setup_runtime(cfg)
-        torch.manual_seed(cfg.seed)
-        self.data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(self.rt.device)
-        self.model = build_model(cfg, self.data.vocab_size).to(self.rt.device)
-        self.optimizer, self.scheduler = build_optimizer(self.model, cfg, self.rt.device)
+        self.rt, self.data, self.model, self.train_step, _ = build_cell(cfg)
         self.probe = None
         if cfg.probe.every > 0:
             self.probe = Probe(self.model, self.data.eval.tokens[: cfg.probe.batch_size], cfg.probe, run_dir)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.train_step = build_step(cfg, self.rt, wrap_for_training(self.model, cfg, self.rt), params,
-                                     self.optimizer, self.scheduler, cfg.train.grad_clip)
         self.batch_size, self.seed = cfg.train.batch_size, cfg.seed
         self.log_every, self.probe_every = cfg.train.log_every, cfg.probe.every
         self.step_no = 0

@@ -398,18 +398,9 @@ def test_the_loop_logs_no_statistics_when_off(tmp_path):
 def train_steps(cfg, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Each step's loss and the final parameters of `steps` steps of the step train() builds, the statistics
     handled as the loop handles them (before_step / after_step, flush at train.log_every)."""
-    from andrea_exp.data.sources import build_dataset
-    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
-    from andrea_exp.training.runtime import setup_runtime
+    from benchmarks.common import build_cell
 
-    rt = setup_runtime(cfg)
-    torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
-    model = build_model(cfg, data.vocab_size).to(rt.device)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    stats = attn_stats.from_config(cfg, model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
+    _, data, model, step, stats = build_cell(cfg)  # as train() builds them
     losses = []
     for i in range(steps):
         x, y = data.batch(i, cfg.train.batch_size, cfg.seed)
@@ -562,18 +553,9 @@ def gpu_config(*overrides: str):
 def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(each step's recorded statistics, each step's reference from the explicit pipeline on the weights and
     batch the step's forward saw) for `steps` steps of the step train() builds."""
-    from andrea_exp.data.sources import build_dataset
-    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
-    from andrea_exp.training.runtime import setup_runtime
+    from benchmarks.common import build_cell
 
-    rt = setup_runtime(cfg)
-    torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
-    model = build_model(cfg, data.vocab_size).to(rt.device)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    stats = attn_stats.from_config(cfg, model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
+    _, data, model, step, stats = build_cell(cfg)  # as train() builds them
     got, ref = [], []
     for i in range(steps):
         x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)
