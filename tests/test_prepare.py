@@ -5,18 +5,16 @@ no-op; and a prepared directory trains with data=tokens without data.vocab_size.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import random
 import socket
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import compose_config
+from conftest import compose_config, make_archive
 
 import andrea_exp.data.prepare as prepare_module
 from andrea_exp.config.data_checks import held_out_token_windows
@@ -222,15 +220,6 @@ def test_a_folder_is_read_recursively_in_name_order(capsys, tmp_path):
     only = tmp_path / "only"
     assert run(capsys, root, "--out", only, "--seq-len", T, "--include", "b/*.txt")[0] == 0
     assert len(meta_of(only)["inputs"]) == 2 and meta_of(only)["include"] == "b/*.txt"
-
-
-def make_archive(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
 
 
 def test_an_archive_is_joined_as_andrea_exp_corpora_joins_it(capsys, tmp_path):

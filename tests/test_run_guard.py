@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny
+from test_failures import one_line, summary
 
 from andrea_exp.runs import run_guard
 
@@ -26,16 +27,6 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
-
-
-def one_line(done: subprocess.CompletedProcess) -> str:
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr[-3000:]
-    return lines[0]
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")
