@@ -18,7 +18,7 @@ from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.effects import Place
 from andrea_exp.report.growth import curve
 from andrea_exp.report.runs import Run, load_runs
-from andrea_exp.report.screen_figures import SCALE_LABEL, curve_panels, dks, pick_cell, ref_lines
+from andrea_exp.report.screen_figures import SCALE_LABEL, curve_panels, dks, per_step_or_probe, pick_cell, ref_lines
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import (
@@ -54,11 +54,8 @@ def statements(runs: list[Run]) -> list[Statement]:
 
 
 def logit_key(cells: list) -> str:
-    """The training batch's largest logit at every step (train.attn_stats) where every run logged it, else the
-    probe's."""
-    runs = [run for cell in cells for run in cell.runs]
-    every = runs and all(run.series(mk.ATTN_STEP_SCORE_MAX)[0] for run in runs)
-    return mk.ATTN_STEP_SCORE_MAX if every else mk.ATTN_SCORE_MAX
+    """The largest logit at every step where every run logged it, else the probe's."""
+    return per_step_or_probe(cells, mk.ATTN_STEP_SCORE_MAX, mk.ATTN_SCORE_MAX)
 
 
 def figure(models: dict[str, Cells], out: Path) -> Path | None:
@@ -163,8 +160,7 @@ def cost_rows(runs: list[Run]) -> list[list]:
     for key, group in sorted(cells.items(), key=lambda kv: [str(v) for v in kv[0]]):
         rate = stat(steady_tokens_per_s(r) for r in group)
         per_step = (group[0].config.get("train.batch_size") or 0) * (group[0].config.get("data.seq_len") or 0)
-        whole = stat(sum(r.last(mk.RUN_TIME[p]) or 0.0 for p in ("setup", "end")) + (r.last(mk.RUN_WALL_S) or 0.0)
-                     for r in group)
+        whole = stat(run_seconds(r) for r in group)
         rows.append([*key, len(group), f"{rate.mean:,.0f}" if rate.n else "-",
                      f"{1000 * per_step / rate.mean:.1f}" if rate.n and rate.mean > 0 else "-",
                      mean_text(group, mk.RUN_TIME["evals"], 3), mean_text(group, mk.RUN_TIME["probes"], 3),
@@ -180,9 +176,13 @@ def steady_tokens_per_s(run: Run) -> float | None:
     return values[len(values) // 2] if values else None
 
 
+def run_seconds(run: Run) -> float:
+    """A run's set-up, loop and end (final evaluation, checkpoint and sample), process start aside."""
+    return sum(run.last(mk.RUN_TIME[p]) or 0.0 for p in ("setup", "end")) + (run.last(mk.RUN_WALL_S) or 0.0)
+
+
 def total_wall(runs: list[Run]) -> float:
-    return sum(sum(r.last(mk.RUN_TIME[p]) or 0.0 for p in ("setup", "end")) + (r.last(mk.RUN_WALL_S) or 0.0)
-               for r in runs)
+    return sum(run_seconds(r) for r in runs)
 
 
 def lr_rows(runs: list[Run]) -> list[list]:

@@ -193,11 +193,16 @@ def leak_figure(c: Cells, out: Path) -> Path | None:
     return curve_panels(out / "leak.png", panels, n_cols=2) if panels else None
 
 
-def every_step_or_probe(c: Cells, per_step: str, probe: str) -> str:
-    """The training batch's value at every step (train.attn_stats) where the grid's runs logged it, else the
-    probe's: logit growth and collapse happen between probes."""
-    runs = [run for cell in grid_cells(c) for run in cell.runs]
+def per_step_or_probe(cells: list[Cell], per_step: str, probe: str) -> str:
+    """The training batch's value at every step (train.attn_stats) where every run of the cells logged it,
+    else the probe's: logit growth and collapse happen between probes."""
+    runs = [run for cell in cells for run in cell.runs]
     return per_step if runs and all(run.series(per_step)[0] for run in runs) else probe
+
+
+def every_step_or_probe(c: Cells, per_step: str, probe: str) -> str:
+    """per_step_or_probe over the claims grid's cells."""
+    return per_step_or_probe(grid_cells(c), per_step, probe)
 
 
 def all_figures(c: Cells, out: Path) -> list[tuple[str, Path]]:
