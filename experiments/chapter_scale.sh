@@ -48,7 +48,7 @@ calibrate() {  # what the preset's settings rest on: step times (d_k 4096 includ
     train.lr=3e-4,6e-4,1.2e-3,2.4e-3 train.max_steps=300 train.warmup_steps=30 train.eval_every=50
 }
 
-case " $* " in "  ") set -- $STAGES ;; esac
+[ $# -eq 0 ] && set -- $STAGES
 for name in "$@"; do
   case $name in
     prepare) prepare || exit 2 ;;

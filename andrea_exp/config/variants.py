@@ -91,8 +91,11 @@ def transforms_on(model) -> list[str]:
 
 def score_transforms(model) -> tuple[Callable, ...]:
     """The model's score transforms as functions of the scores alone, bound to its settings."""
-    return tuple((lambda fn, value: lambda scores: fn(scores, value))(SCORE_TRANSFORMS[name], getattr(model, name))
-                 for name in transforms_on(model))
+    bound = []
+    for name in transforms_on(model):
+        fn, value = SCORE_TRANSFORMS[name], getattr(model, name)
+        bound.append(lambda scores, fn=fn, value=value: fn(scores, value))
+    return tuple(bound)
 
 
 def check_variant(model) -> None:

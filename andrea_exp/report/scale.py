@@ -98,10 +98,9 @@ def comparison_rows(large: list[Statement], small: list[Statement]) -> list[list
     """One row per place measured on either model, in the large model's order, then the small model's rest."""
     rows = []
     for big, little in zip(large, small):
-        by_key_small = {place_key(p): p for p in little.places}
-        keys = [place_key(p) for p in big.places] + [k for k in by_key_small if k not in
-                                                     {place_key(p) for p in big.places}]
         by_key_large = {place_key(p): p for p in big.places}
+        by_key_small = {place_key(p): p for p in little.places}
+        keys = [place_key(p) for p in big.places] + [k for k in by_key_small if k not in by_key_large]
         for key in keys:
             p = by_key_large.get(key) or by_key_small.get(key)
             rows.append([big.id, place_label(key), p.effect.name, effect_cell(by_key_large.get(key)),
