@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import statistics
 import sys
 import time
@@ -48,8 +49,10 @@ from benchmarks.throughput import Result, andrea_overrides, sync, timed_window
 
 TARGET_COST_PCT, GOAL_COST_PCT = 2.0, 1.0
 ARMS = {"off": ["train.attn_stats=off"], "every": ["train.attn_stats=every"],
-        "every10": ["train.attn_stats=every", "train.attn_stats_every=10"]}
-STATS_KERNELS = ("_row_block_stats", "_finish_heads")
+        "every10": ["train.attn_stats=every", "train.attn_stats_every=10"],
+        "every_separate": ["train.attn_stats=every", "train.attn_stats_pass=separate"]}
+GRAPH_OF = {"off": "off", "every": "every", "every10": "every", "every_separate": "every_separate"}  # which compile
+STATS_KERNELS = ("_row_block_stats", "_finish_heads", "_attn_fwd_stats")
 CONTROL = "control"  # a second off arm, built last: the difference two identical arms show
 FIRST_LOSSES = 20  # steps whose losses are compared on their own (compilation, capture, the first replays)
 
@@ -62,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=8, help="untimed steps per arm after compilation")
     parser.add_argument("--cell-pairs", type=int, default=5, help="A/B pairs per claims-grid cell")
     parser.add_argument("--cell-window", type=int, default=200, help="steps per timed window, claims-grid cells")
-    parser.add_argument("--arms", default="off,every,every10", help=f"ANDREA-120M arms, of {', '.join(ARMS)}")
+    parser.add_argument("--arms", default="off,every,every10,every_separate",
+                        help=f"ANDREA-120M arms, of {', '.join(ARMS)}")
     parser.add_argument("--budget-s", type=float, default=260.0, help="skip the claims-grid cells past this")
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
     args = parser.parse_args(argv)
@@ -163,7 +167,7 @@ def andrea_120m(args, result: Result, say) -> None:
     warmup = 3 + args.warmup_steps  # compilation (3 eager steps), the capture, then steady steps
     # throwaway models first, one per graph (every10's is every's), so that no measured arm is the process's
     # first of its graph: each then starts from the same process state (see the module docstring)
-    throwaway = ["off"] + (["every"] if any(name != "off" for name in args.arms) else [])
+    throwaway = list(dict.fromkeys(GRAPH_OF[name] for name in ["off", *args.arms]))
     for name in throwaway:
         t0 = time.perf_counter()
         graphed = warm(Arm(compose_cfg(base + ARMS[name])), warmup).graphed
@@ -259,28 +263,71 @@ def claims_cells(args, result: Result, say) -> None:
 
 
 def kernel_alone(args, result: Result, say) -> None:
-    """The statistics op at one 120M layer's shape against SDPA's forward at the same shape."""
+    """At one 120M layer's shape: the statistics-only pass, the fused pass (attention and statistics) forward and
+    forward + backward, against SDPA's forward and forward + backward at the same shape; the fused pass's output
+    and gradients against SDPA's, and its statistics against the explicit pipeline in float64."""
     if args.smoke or not torch.cuda.is_available():
         return
     from torch.nn import functional as F
 
-    B, H, T, d = 32, 12, 1024, 64
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
-               for _ in range(3))  # (B, H, T, d) views, as the model's
-    stats_s = timed(lambda: attn_stats.head_stats(q, k, scale=d ** -0.5, causal=True), 20, torch.cuda.synchronize)
-    sdpa_s = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), 20, torch.cuda.synchronize)
-    from andrea_exp.model.step_stats_kernel import _row_block_stats_tuned
+    from andrea_exp.model.step_stats import SATURATION
+    from andrea_exp.model.step_stats_kernel import launch_config
 
-    # the same kernel on two sequences of that shape against the explicit pipeline in float64
-    got = attn_stats.head_stats(q[:2], k[:2], scale=d ** -0.5, causal=True)
-    ref = attn_stats.reference_head_stats(q[:2].double(), k[:2].double(), scale=d ** -0.5, causal=True)
-    err = {name: ((g - r).abs() / (1 + r.abs())).max().item() for name, g, r in zip(attn_stats.STATS, got, ref)}
-    result.update(kernel_alone={"shape": [B, H, T, d], "stats_ms": 1e3 * stats_s, "sdpa_forward_ms": 1e3 * sdpa_s,
-                                "stats_ms_per_step_12_layers": 12e3 * stats_s,
-                                "tuned_config": str(_row_block_stats_tuned.best_config),
-                                "max_rel_err_vs_explicit_float64": err})
-    say(f"one layer, B {B} H {H} T {T} d {d}: statistics {1e3 * stats_s:.3f} ms, SDPA forward {1e3 * sdpa_s:.3f} ms")
+    B, H, T, d = 32, 12, 1024, 64
+    scale = d ** -0.5
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    qkv = torch.randn(B, T, 3, H, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v = (qkv[:, :, i].transpose(1, 2).requires_grad_() for i in range(3))  # (B, H, T, d) views, as the model's
+    grad = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+    flag = torch.ones(1, dtype=torch.int32, device="cuda")
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+    def fused():
+        return torch.ops.andrea_exp.attn_fwd_stats(q, k, v, flag, scale, True, SATURATION)[0]
+
+    def forward_backward(fn):
+        return lambda: torch.autograd.grad(fn(), (q, k, v), grad)
+
+    sync = torch.cuda.synchronize
+    ms = {"stats_only_pass": 1e3 * timed(lambda: attn_stats.head_stats(q, k, scale=scale, causal=True), 20, sync),
+          "sdpa_forward": 1e3 * timed(sdpa, 20, sync), "fused_forward": 1e3 * timed(fused, 20, sync),
+          "sdpa_forward_backward": 1e3 * timed(forward_backward(sdpa), 20, sync),
+          "fused_forward_backward": 1e3 * timed(forward_backward(fused), 20, sync)}
+    # the passes against SDPA (output, gradients) and the explicit pipeline in float64 (statistics), two sequences
+    got_stats = attn_stats.head_stats(q[:2], k[:2], scale=scale, causal=True)
+    fused_stats = torch.ops.andrea_exp.attn_fwd_stats(q[:2], k[:2], v[:2], flag, scale, True, SATURATION)[2]
+    ref = attn_stats.reference_head_stats(q[:2].double(), k[:2].double(), scale=scale, causal=True)
+
+    def rel_err(got):
+        return {name: ((g - r).abs() / (1 + r.abs())).max().item() for name, g, r in zip(attn_stats.STATS, got, ref)}
+
+    two = [t[:2].detach().requires_grad_() for t in (q, k, v)]  # (2, H, T, d) each
+
+    def explicit_float64(q2, k2, v2):
+        future = torch.ones(T, T, dtype=torch.bool, device="cuda").triu(1)
+        scores = (q2.double() @ k2.double().transpose(-2, -1) * scale).masked_fill(future, -math.inf)
+        return torch.softmax(scores, -1) @ v2.double()  # (2, H, T, d)
+
+    passes = {"sdpa": lambda q2, k2, v2: F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, scale=scale),
+              "fused": lambda q2, k2, v2: torch.ops.andrea_exp.attn_fwd_stats(q2, k2, v2, flag, scale, True,
+                                                                              SATURATION)[0],
+              "float64": explicit_float64}
+    outs = {name: fn(*two) for name, fn in passes.items()}
+    grads = {name: torch.autograd.grad(o, two, grad[:2].to(o.dtype)) for name, o in outs.items()}
+    result.update(kernel_alone={
+        "shape": [B, H, T, d], "ms": ms, "stats_only_ms_per_step_12_layers": 12 * ms["stats_only_pass"],
+        "fused_extra_ms_per_step_12_layers": 12 * (ms["fused_forward_backward"] - ms["sdpa_forward_backward"]),
+        "stats_only_launch_config": launch_config(d, q.dtype),
+        "max_rel_err_vs_explicit_float64": {"stats_only_pass": rel_err(got_stats), "fused_pass": rel_err(fused_stats)},
+        "output_max_abs_err_vs_float64": {name: (outs[name].double() - outs["float64"]).abs().max().item()
+                                          for name in ("sdpa", "fused")},
+        "grad_max_abs_err_vs_float64": {name: {t: (g.double() - r).abs().max().item()
+                                               for t, g, r in zip("qkv", grads[name], grads["float64"])}
+                                        for name in ("sdpa", "fused")},
+        "grad_max_abs_float64": {t: g.abs().max().item() for t, g in zip("qkv", grads["float64"])}})
+    say(f"one layer, B {B} H {H} T {T} d {d}: " + ", ".join(f"{k_} {v_:.3f} ms" for k_, v_ in ms.items()))
 
 
 def main(argv=None) -> dict:

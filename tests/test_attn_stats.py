@@ -24,11 +24,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import compose_config, compose_tiny, tiny
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.instruments import attn_stats
 from andrea_exp.instruments.attn_stats import STATS, head_stats, head_stats_torch, reference_head_stats
 from andrea_exp.model.decoder import Andrea, ModelConfig
+from andrea_exp.model.step_stats import SATURATION
 from andrea_exp.runs import metric_keys as K
 
 REL = 1e-4
@@ -539,6 +541,121 @@ def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dt
         assert_close(got, ref, q.size(0) * q.size(2), where=f"{case} {dtype} causal {causal}")
         if case == "one-hot":
             assert (got[STATS.index("max_prob_max")] == 1.0).all()
+
+
+# ---------------------------------------------------------------- the fused pass: attention and statistics (GPU)
+
+
+needs_fused_pass = pytest.mark.skipif(not (torch.cuda.is_available() and attn_stats.triton_available()),
+                                      reason="needs CUDA with Triton")
+
+
+def fused_pass(q, k, v, scale: float, causal: bool, on: int = 1):
+    flag = torch.full((1,), on, dtype=torch.int32, device=q.device)
+    return torch.ops.andrea_exp.attn_fwd_stats(q, k, v, flag, scale, causal, SATURATION)
+
+
+def explicit_float64(q, k, v, scale: float, causal: bool):
+    """(softmax(mask(q k^T scale)) v, log-sum-exp of each row) in float64, the (T, T) scores written out."""
+    T = q.size(-2)
+    scores = q.double() @ k.double().transpose(-2, -1) * scale  # (B, H, T, T)
+    if causal:
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), -math.inf)
+    return torch.softmax(scores, -1) @ v.double(), torch.logsumexp(scores, -1)
+
+
+def fused_grid():
+    for T in (1, 2, 17, 128, 1024):
+        for d in (16, 64, 128):
+            for causal in (True, False):
+                for scaled in (True, False):
+                    for dtype in (torch.bfloat16, torch.float16):
+                        yield pytest.param(T, d, causal, scaled, dtype, marks=pytest.mark.gpu,
+                                           id=f"T{T}-d{d}-{'causal' if causal else 'full'}-"
+                                              f"{'scaled' if scaled else 'unscaled'}-{str(dtype).split('.')[-1]}")
+
+
+@needs_fused_pass
+@pytest.mark.parametrize("T, d, causal, scaled, dtype", list(fused_grid()))
+def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, causal, scaled, dtype):
+    """Output and gradients: no further from the float64 formula than SDPA's flash kernel is (3 x its error plus a
+    quarter of the dtype's epsilon, relative to the largest value); log-sum-exp to float32 rounding; statistics to
+    REL, as the statistics-only pass."""
+    from torch.nn import functional as F
+
+    gen = torch.Generator(device="cuda").manual_seed(T * 1000 + d)
+    B, H = (1, 2) if T >= 1024 else (2, 3)
+    q, k, v = (torch.randn(B, H, T, d, device="cuda", generator=gen).to(dtype).requires_grad_() for _ in range(3))
+    grad = torch.randn(B, H, T, d, device="cuda", generator=gen).to(dtype)
+    scale = 1 / math.sqrt(d) if scaled else 1.0
+    out, lse, stats = fused_pass(q, k, v, scale, causal)
+    exact, exact_lse = explicit_float64(q, k, v, scale, causal)
+    where = f"T {T} d {d} causal {causal} scaled {scaled} {dtype}"
+    eps = torch.finfo(dtype).eps
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    def err(a, b):
+        return (a.double() - b).abs().max().item()
+
+    size = exact.abs().max().item()
+    assert err(out, exact) <= 3 * err(sdpa, exact) + eps / 4 * size, where
+    assert torch.allclose(lse.double(), exact_lse, rtol=1e-5, atol=1e-5), where
+    assert_close(stats, reference_head_stats(q.detach().double(), k.detach().double(), scale=scale, causal=causal),
+                 B * T, where=where)
+    exact_grads = torch.autograd.grad(exact, (q, k, v), grad.double())
+    for name, ours, theirs, ref in zip("qkv", torch.autograd.grad(out, (q, k, v), grad),
+                                       torch.autograd.grad(sdpa, (q, k, v), grad), exact_grads):
+        size = ref.abs().max().item()
+        assert err(ours, ref) <= 3 * err(theirs, ref) + eps / 4 * size, f"{where} grad {name}"
+
+
+@pytest.mark.gpu
+@needs_fused_pass
+def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_off():
+    q, k = (t.to("cuda", torch.bfloat16) for t in rising_keys())
+    v = torch.randn_like(q)
+    out, _, stats = fused_pass(q, k, v, 1.0, True)
+    assert_close(stats, reference_head_stats(q, k, scale=1.0, causal=True), q.size(2))
+    with pytest.raises(AssertionError):
+        assert_close(stats, reference_head_stats(q, k, scale=1.0, causal=False), q.size(2))
+    causal_ref, _ = explicit_float64(q, k, v, 1.0, True)
+    full_ref, _ = explicit_float64(q, k, v, 1.0, False)
+    assert (out.double() - causal_ref).abs().max() < 0.02 < (out.double() - full_ref).abs().max()
+    off, _, _ = fused_pass(q, k, v, 1.0, True, on=0)
+    assert torch.equal(off, out)  # the flag turns the statistics off, never the attention
+
+
+@pytest.mark.gpu
+@needs_fused_pass
+def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass():
+    """Same seed, same batches: train.attn_stats_pass=fused (the attention from the fused kernel, gradients from
+    flash's backward) and =separate (SDPA's forward, a statistics-only pass) give the same losses and statistics
+    to bf16 rounding; only the fused model runs _attn_fwd_stats."""
+    runs = {}
+    for name in ("fused", "separate"):
+        cfg = gpu_config("train.cuda_graph=false", f"train.attn_stats_pass={name}")
+        from benchmarks.common import build_cell
+
+        _, data, model, step, stats = build_cell(cfg)
+        losses, recorded, kernels = [], [], set()
+        for i in range(6):
+            x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)
+            stats.before_step(i)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                loss, _, _ = step(x, y)
+                torch.cuda.synchronize()
+            kernels |= {event.key for event in prof.key_averages()}
+            stats.after_step(i)
+            losses.append(loss.item())
+            recorded.append(torch.stack([b.attn.step_stats.clone() for b in model.blocks]))
+        runs[name] = losses, recorded, any("_attn_fwd_stats" in key for key in kernels)
+    assert runs["fused"][2] and not runs["separate"][2]
+    assert runs["fused"][0] == pytest.approx(runs["separate"][0], abs=2e-2)
+    for i, (a, b) in enumerate(zip(runs["fused"][1], runs["separate"][1])):
+        for li in range(len(a)):
+            assert_close(a[li], b[li], 8 * 64, rel=BF16_REL, saturated_rows=4, saturated_share=0.01,
+                         where=f"step {i} layer {li}")
 
 
 # ---------------------------------------------------------------- a real training step on the GPU

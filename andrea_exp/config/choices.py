@@ -31,6 +31,7 @@ def canonical_scale(scale):
 
 
 ATTN_STATS_CHOICES = ("every", "off")  # `train.attn_stats`
+ATTN_STATS_PASSES = ("fused", "separate")  # `train.attn_stats_pass`
 
 
 def normalize_attn_stats(value) -> str:

@@ -19,7 +19,13 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, ListConfig
 
-from andrea_exp.config.choices import LOSS_IMPLS, QK_INITS, SDPA_BACKEND_NAMES, normalize_attn_stats
+from andrea_exp.config.choices import (
+    ATTN_STATS_PASSES,
+    LOSS_IMPLS,
+    QK_INITS,
+    SDPA_BACKEND_NAMES,
+    normalize_attn_stats,
+)
 from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: raised by the rules below)
 from andrea_exp.config.variants import ATTN_IMPLS, QK_LAYERNORM, check_variant, normalize_mask_fill, normalize_scale
 
@@ -221,9 +227,12 @@ class TrainSchema:
     compile: bool = setting(Choice(BOOLS), operational=True)
     compile_mode: str = setting(Choice(COMPILE_MODES), operational=True)
     cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results
-    # the training batch's attention statistics (instruments.attn_stats): they read the forward, never change it
+    # the training batch's attention statistics (instruments.attn_stats): read from the forward's own q and k
     attn_stats: Any = setting(Normalized(normalize_attn_stats), operational=True)  # every | off
     attn_stats_every: int = setting(Integer(1), operational=True)
+    # fused: in one pass with the attention's forward where the kernel takes it (same results to rounding, as
+    # compile); separate: the forward untouched (bitwise), a second pass over q k^T
+    attn_stats_pass: str = setting(Choice(ATTN_STATS_PASSES), operational=True)
     attn_stats_per_head: bool = setting(Choice(BOOLS), operational=True)
     device: str = setting(Device(), operational=True)
     precision: str = setting(Choice(PRECISIONS))

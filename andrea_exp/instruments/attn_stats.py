@@ -123,10 +123,10 @@ class StepStats:
 
     every: statistics on steps that are multiples of it (step 0 included); per_head: also per-head keys."""
 
-    def __init__(self, model, every: int = 1, per_head: bool = False):
+    def __init__(self, model, every: int = 1, per_head: bool = False, fused: bool = True):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"train.attn_stats_every must be an integer >= 1; got {every!r}")
-        self.flag = enable(model)
+        self.flag = enable(model, fused)
         self.layers = [block.attn for block in model.blocks]
         self.every, self.per_head = every, per_head
         self.window: list[tuple[int, torch.Tensor]] = []
@@ -169,8 +169,10 @@ OFF = Off()
 
 
 def from_config(cfg, model) -> StepStats | Off:
-    """train.attn_stats (every | off), train.attn_stats_every, train.attn_stats_per_head -> StepStats, or OFF."""
+    """train.attn_stats (every | off), train.attn_stats_every, train.attn_stats_per_head, train.attn_stats_pass
+    (fused | separate) -> StepStats, or OFF."""
     tc = cfg.train
     if normalize_attn_stats(tc.get("attn_stats", "off")) == "off":
         return OFF
-    return StepStats(model, tc.get("attn_stats_every", 1), bool(tc.get("attn_stats_per_head", False)))
+    return StepStats(model, tc.get("attn_stats_every", 1), bool(tc.get("attn_stats_per_head", False)),
+                     tc.get("attn_stats_pass", "fused") == "fused")

@@ -57,6 +57,7 @@ class Attention(nn.Module):
         # (1,) int32 that turns their kernels on; None, and nothing computed, unless enabled
         self.register_buffer("step_stats", None, persistent=False)
         self.register_buffer("step_stats_on", None, persistent=False)
+        self.fused_stats = False  # step_stats.enable: the fused path's training forward computes them with it
 
     def project_qkv(self, x):
         """x (B, T, d_model) -> q, k (B, T, H*d_k) and v (B, T, H*d_v).
@@ -81,9 +82,12 @@ class Attention(nn.Module):
         q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
         v = v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
+        attended = None  # the attention's output when the statistics' pass computed it with them
         if self.step_stats is not None:
-            record_step_stats(self, q, k, causal, visible_keys)  # (B, H, T, d_k) each
-        if self.stages is None:  # the fused path (the explicit one without stages went head-major above)
+            attended = record_step_stats(self, q, k, causal, visible_keys, v)  # (B, H, T, d_k) each
+        if attended is not None:
+            out = attended  # (B, H, T, d_v)
+        elif self.stages is None:  # the fused path (the explicit one without stages went head-major above)
             # flash takes no attn_mask: rows with visible_keys (evaluation only) let PyTorch pick a kernel that does
             backend = "auto" if visible_keys is not None and self.sdpa_backend == "flash" else self.sdpa_backend
             out = fused_attention(q, k, v, scale=self.scale, causal=causal, backend=backend,

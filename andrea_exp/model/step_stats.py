@@ -129,11 +129,74 @@ def head_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float, causal: bool, 
     return torch.ops.andrea_exp.attn_head_stats(q, k, on, float(scale), bool(causal), float(threshold))
 
 
+# ---------------------------------------------------------------- the attention and its statistics in one pass
+
+
+@torch.library.custom_op("andrea_exp::attn_fwd_stats", mutates_args=())
+def _attn_fwd_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enabled: torch.Tensor, scale: float,
+                    causal: bool, threshold: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out (B, H, T, d), lse (B, H, T), statistics (N_STATS, H)) from q, k, v (B, H, T, d): attn_fwd_stats_kernel."""
+    from andrea_exp.model.attn_fwd_stats_kernel import attention_with_stats
+
+    return attention_with_stats(q, k, v, enabled, scale, causal, threshold)
+
+
+@_attn_fwd_stats.register_fake
+def _(q, k, v, enabled, scale, causal, threshold):
+    B, H, T, D = q.shape
+    out = q.new_empty((B, T, H, D)).transpose(1, 2)  # (B, H, T, D), laid out as the kernel writes it
+    return out, q.new_empty((B, H, T), dtype=torch.float32), q.new_empty((N_STATS, H), dtype=torch.float32)
+
+
+def _save_for_backward(ctx, inputs, output):
+    q, k, v, _, scale, causal, _ = inputs
+    out, lse, _ = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.scale, ctx.causal = scale, causal
+
+
+def _attn_fwd_stats_backward(ctx, grad_out, _grad_lse, _grad_stats):
+    """PyTorch's flash-attention backward on the forward's out and log-sum-exp (no dropout: its random state is
+    never read; no sequence offsets: None, the dense batch)."""
+    q, k, v, out, lse = ctx.saved_tensors
+    T = q.size(-2)
+    unused = torch.zeros((), dtype=torch.int64)
+    grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        grad_out, q, k, v, out, lse, None, None, T, T, 0.0, ctx.causal, unused, unused, scale=ctx.scale)
+    return grad_q, grad_k, grad_v, None, None, None, None
+
+
+_attn_fwd_stats.register_autograd(_attn_fwd_stats_backward, setup_context=_save_for_backward)
+
+
+def fused_pass_takes(attn, q, k, v) -> bool:
+    """Whether attn's training forward runs as one pass with its statistics: the fused path on CUDA with Triton,
+    PyTorch's choice of kernel or flash (the pass's backward is flash's), no score transforms, operands the
+    kernel takes (attn_fwd_stats_kernel.supports, after autocast)."""
+    if not (attn.fused_stats and attn.use_fused and q.is_cuda and attn.sdpa_backend in ("auto", "flash")
+            and not attn.transforms and triton_available()):
+        return False
+    from andrea_exp.model.attn_fwd_stats_kernel import supports
+
+    return supports(*autocast_operands(q, k, v))
+
+
+def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors in the dtype autocast gives the attention kernels, when autocast is on (else unchanged)."""
+    device_type = tensors[0].device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) for t in tensors)
+
+
 # ---------------------------------------------------------------- in the model
 
 
-def enable(model) -> torch.Tensor:
+def enable(model, fused: bool = True) -> torch.Tensor:
     """Give every attention layer of `model` (an Andrea) its statistics buffer; returns the shared flag.
+    fused: let a training forward the kernel takes compute its attention and the statistics in one pass
+    (fused_pass_takes); else a second pass reads q and k and the forward is left as it is.
 
     Call after the model is on its device and before it is compiled or captured."""
     device = next(model.parameters()).device
@@ -142,21 +205,31 @@ def enable(model) -> torch.Tensor:
         attn = block.attn
         attn.step_stats = torch.full((N_STATS, attn.n_head), math.nan, device=device)
         attn.step_stats_on = flag
-    if device.type == "cuda" and triton_available():
-        import andrea_exp.model.step_stats_kernel  # noqa: F401  (Triton imported here, outside any compiled code)
+        attn.fused_stats = bool(fused)
+    if device.type == "cuda" and triton_available():  # Triton imported here, outside any compiled code
+        import andrea_exp.model.attn_fwd_stats_kernel  # noqa: F401
+        import andrea_exp.model.step_stats_kernel  # noqa: F401
     return flag
 
 
-def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=None) -> None:
+def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=None,
+           v: torch.Tensor | None = None) -> torch.Tensor | None:
     """Attention.forward's hook: q, k (B, H, T, d) as the attention uses them -> attn.step_stats.
 
-    Only in a training forward (train mode, gradients on, no captured stages, every key visible)."""
+    Only in a training forward (train mode, gradients on, no captured stages, every key visible). With v given
+    and a forward the fused pass takes (fused_pass_takes), the attention itself is computed in the same pass and
+    its output (B, H, T, d) returned, gradients through PyTorch's flash backward; else None (the caller
+    attends)."""
     if not attn.training or not torch.is_grad_enabled() or attn.stages is not None or visible_keys is not None:
-        return
-    device_type = q.device.type
-    if torch.is_autocast_enabled(device_type):  # the attention kernels see q, k in the autocast dtype
-        dtype = torch.get_autocast_dtype(device_type)
-        q, k = q.to(dtype), k.to(dtype)
+        return None
+    if v is not None and fused_pass_takes(attn, q, k, v):
+        q, k, v = autocast_operands(q, k, v)  # what SDPA would see under autocast
+        out, _, stats = torch.ops.andrea_exp.attn_fwd_stats(q, k, v, attn.step_stats_on, float(attn.scale),
+                                                            bool(causal), SATURATION)
+        attn.step_stats.copy_(stats)
+        return out
+    q, k = autocast_operands(q, k)  # the attention kernels see q, k in the autocast dtype
     stats = torch.ops.andrea_exp.attn_head_stats(q.detach(), k.detach().to(q.dtype), attn.step_stats_on,
                                                  float(attn.scale), bool(causal), SATURATION)
     attn.step_stats.copy_(stats)
+    return None

@@ -26,7 +26,6 @@ Both read a (1,) int32 flag first and do nothing when it is 0 (a cadence inside 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -35,7 +34,6 @@ import triton.language as tl
 from andrea_exp.model.stat_rows import N_STATS, kept_rows
 
 LOG2E = 1.4426950408889634
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 # per row block: sum entropy, sum entropy_norm, sum max_prob, max max_prob (rows with > 1 key), sum saturated, max logit
 N_PARTIALS = 6
 
@@ -60,7 +58,7 @@ def _online_update(m_i, l_i, a_i, r, visible, qk_scale, MASKED: tl.constexpr):
     shift = tl.where(l_i > 0.0, (m_i - m_safe) * qk_scale, 0.0)  # 0 * -inf would be nan
     a_i = alpha * (a_i + l_i * shift) + tl.sum(p * z, 1)
     l_i = alpha * l_i + tl.sum(p, 1)
-    return m_new, l_i, a_i
+    return m_new, l_i, a_i, p, alpha  # p, alpha: for a pass that also weights the values (attn_fwd_stats_kernel)
 
 
 @triton.jit
@@ -94,8 +92,32 @@ def _key_blocks(m_i, l_i, a_i, q, q_base, k_base, offs_m, start, stop, T, qk_sca
         visible = offs_n[None, :] < T  # s: (BLOCK_M, BLOCK_N) raw dot products, unscaled
         if CAUSAL_MASK:
             visible = visible & (offs_n[None, :] <= offs_m[:, None])
-        m_i, l_i, a_i = _online_update(m_i, l_i, a_i, s, visible, qk_scale, MASKED)
+        m_i, l_i, a_i, _, _ = _online_update(m_i, l_i, a_i, s, visible, qk_scale, MASKED)
     return m_i, l_i, a_i
+
+
+@triton.jit
+def _store_row_partials(out, m_i, l_i, a_i, offs_m, T, scale, threshold, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A block of rows' (m, l, a) -> its N_PARTIALS partials at `out`: 4 sums, 2 maxima (see N_PARTIALS)."""
+    ln2 = 0.6931471805599453
+    row_ok = offs_m < T
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # padding rows only
+    entropy = tl.log(l_safe) - ln2 * a_i / l_safe  # nats
+    max_prob = 1.0 / l_safe
+    if CAUSAL:
+        n_visible = tl.minimum(offs_m + 1, T)
+    else:
+        n_visible = tl.zeros([BLOCK_M], dtype=tl.int32) + T
+    kept = row_ok & (n_visible > 1)
+    entropy_norm = tl.where(kept, entropy / tl.log(tl.maximum(n_visible.to(tl.float32), 2.0)), 0.0)
+    saturated = row_ok & (max_prob > threshold)
+    logit = m_i * scale  # the row's largest score: its largest raw dot product, scaled as s = q.k * scale
+    tl.store(out + 0, tl.sum(tl.where(row_ok, entropy, 0.0), 0))
+    tl.store(out + 1, tl.sum(entropy_norm, 0))
+    tl.store(out + 2, tl.sum(tl.where(row_ok, max_prob, 0.0), 0))
+    tl.store(out + 3, tl.max(tl.where(kept, max_prob, 0.0), 0))
+    tl.store(out + 4, tl.sum(saturated.to(tl.float32), 0))
+    tl.store(out + 5, tl.max(tl.where(row_ok, logit, float("-inf")), 0))
 
 
 @triton.jit
@@ -135,27 +157,8 @@ def _row_block_stats(q_ptr, k_ptr, part_ptr, flag_ptr,
                                     stride_qt, stride_qd, stride_kt, stride_kd, CAUSAL, True, HEAD_DIM,
                                     BLOCK_M, BLOCK_N, BLOCK_D, ONE_D_BLOCK, IEEE)
 
-        ln2 = 0.6931471805599453
-        row_ok = offs_m < T
-        l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # padding rows only
-        entropy = tl.log(l_safe) - ln2 * a_i / l_safe  # nats
-        max_prob = 1.0 / l_safe
-        if CAUSAL:
-            n_visible = tl.minimum(offs_m + 1, T)
-        else:
-            n_visible = tl.zeros([BLOCK_M], dtype=tl.int32) + T
-        kept = row_ok & (n_visible > 1)
-        entropy_norm = tl.where(kept, entropy / tl.log(tl.maximum(n_visible.to(tl.float32), 2.0)), 0.0)
-        saturated = row_ok & (max_prob > threshold)
-        logit = m_i * scale  # the row's largest score: its largest raw dot product, scaled as s = q.k * scale
-
-        out = part_ptr + ((h * B + b) * n_row_blocks + block) * 6
-        tl.store(out + 0, tl.sum(tl.where(row_ok, entropy, 0.0), 0))
-        tl.store(out + 1, tl.sum(entropy_norm, 0))
-        tl.store(out + 2, tl.sum(tl.where(row_ok, max_prob, 0.0), 0))
-        tl.store(out + 3, tl.max(tl.where(kept, max_prob, 0.0), 0))
-        tl.store(out + 4, tl.sum(saturated.to(tl.float32), 0))
-        tl.store(out + 5, tl.max(tl.where(row_ok, logit, float("-inf")), 0))
+        _store_row_partials(part_ptr + ((h * B + b) * n_row_blocks + block) * N_PARTIALS, m_i, l_i, a_i, offs_m, T,
+                            scale, threshold, CAUSAL, BLOCK_M)
 
 
 @triton.jit
@@ -188,29 +191,23 @@ def _finish_heads(part_ptr, out_ptr, flag_ptr, R, H, inv_rows, inv_kept, BLOCK_R
         tl.store(out_ptr + 5 * H + h, tl.sum(saturated, 0) * inv_rows)
 
 
-# The training path (bf16 / fp16, heads up to 128 wide, BLOCK_M 128) picks its key block, warps and stages by
-# timing these on its first call for each (head width, mask, T): in the eager warm-up steps, before any capture.
-TUNED_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=st)
-                 for n, w, st in ((64, 4, 3), (64, 8, 3), (128, 8, 3), (32, 4, 4))]
-_row_block_stats_tuned = triton.autotune(configs=TUNED_CONFIGS, key=["HEAD_DIM", "CAUSAL", "T"])(_row_block_stats)
-
-
 def launch_config(head_dim: int, dtype: torch.dtype) -> dict:
-    """Block sizes, warps and stages for a head width and input dtype: bf16 / fp16 heads up to 128 wide keep
-    their q block in registers (key block, warps and stages tuned, TUNED_CONFIGS); wider ones are read in
-    slices of 64. float32 inputs (IEEE dot products, no tensor cores) take smaller blocks, slices of 32 above
-    64 components."""
+    """Block sizes, warps and stages for a head width and input dtype.
+
+    bf16 / fp16: blocks of 64 query rows and 64 keys, one warp group, 3 stages, the q block in registers up to
+    128 components and read in slices of 64 above: the fastest of 42 configurations (BLOCK_M 64-256, BLOCK_N
+    32-128, 4 or 8 warps, 2-4 stages) at the 120M layer shape on an H200, for d_k 64 and 256 alike
+    (benchmarks/investigations/attn_stats_kernel_configs.py). float32 inputs (IEEE dot products, no tensor
+    cores) take smaller key blocks, slices of 32 above 64 components."""
     # (register use checked with ptxas for sm_90: none of these spills)
     padded = max(16, triton.next_power_of_2(head_dim))
     if dtype == torch.float32:
         one_block = head_dim <= 64
         return dict(BLOCK_M=64, BLOCK_N=32, BLOCK_D=padded if one_block else 32, ONE_D_BLOCK=one_block, num_warps=8,
                     num_stages=2)
-    if head_dim > 128:
-        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, ONE_D_BLOCK=False, num_warps=8, num_stages=2)
-    if INTERPRETED:  # Triton's interpreter on the CPU (tests): nothing to time
-        return dict(BLOCK_M=128, BLOCK_N=64, BLOCK_D=padded, ONE_D_BLOCK=True, num_warps=4, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_D=padded, ONE_D_BLOCK=True)  # BLOCK_N, warps, stages: tuned
+    one_block = head_dim <= 128
+    return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=padded if one_block else 64, ONE_D_BLOCK=one_block, num_warps=4,
+                num_stages=3)
 
 
 def head_stats_triton(q: torch.Tensor, k: torch.Tensor, enabled: torch.Tensor, scale: float, causal: bool,
@@ -229,12 +226,19 @@ def head_stats_triton(q: torch.Tensor, k: torch.Tensor, enabled: torch.Tensor, s
     cfg = launch_config(D, q.dtype)
     n_row_blocks = triton.cdiv(T, cfg["BLOCK_M"])
     partials = torch.empty((H, B, n_row_blocks, N_PARTIALS), dtype=torch.float32, device=q.device)
-    kernel = _row_block_stats if "BLOCK_N" in cfg else _row_block_stats_tuned
-    kernel[(B * H * n_row_blocks,)](
+    _row_block_stats[(B * H * n_row_blocks,)](
         q, k, partials, enabled, *q.stride(), *k.stride(), B, H, T, n_row_blocks, float(scale) * LOG2E, float(scale),
         float(threshold), CAUSAL=bool(causal), HEAD_DIM=D, IEEE=q.dtype == torch.float32, **cfg)
+    return finish_heads(partials, enabled, T, causal, out)
+
+
+def finish_heads(partials: torch.Tensor, enabled: torch.Tensor, T: int, causal: bool,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """The row blocks' partials (H, B, n_row_blocks, N_PARTIALS) -> (N_STATS, H) float32: one launch, no host
+    sync. With enabled[0] == 0 nothing is written."""
+    H, B, n_row_blocks, _ = partials.shape
     if out is None:
-        out = torch.empty((N_STATS, H), dtype=torch.float32, device=q.device)
+        out = torch.empty((N_STATS, H), dtype=torch.float32, device=partials.device)
     n_kept = B * kept_rows(T, causal)
     _finish_heads[(H,)](partials, out, enabled, B * n_row_blocks, H, 1.0 / (B * T), 1.0 / n_kept if n_kept else 0.0,
                         BLOCK_R=min(1024, max(16, triton.next_power_of_2(B * n_row_blocks))), num_warps=4)
