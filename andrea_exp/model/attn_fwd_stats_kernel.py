@@ -91,7 +91,7 @@ def _attn_fwd_stats(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_ptr, flag_ptr,
     # log sum exp(s) = m scale + ln l: l sums 2^((r - m) qk_scale) = e^((r - m) scale)
     tl.store(lse_ptr + (b * H + h) * T + offs_m, m_i * scale + tl.log(l_safe), mask=offs_m < T)
     if tl.load(flag_ptr) != 0:
-        _store_row_partials(part_ptr + ((h * B + b) * n_row_blocks + block) * N_PARTIALS, m_i, l_i, a_i, offs_m, T,
+        _store_row_partials(part_ptr + ((h * B + b) * n_row_blocks + block) * 6, m_i, l_i, a_i, offs_m, T,
                             scale, threshold, CAUSAL, BLOCK_M)
 
 

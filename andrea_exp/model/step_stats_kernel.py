@@ -35,7 +35,7 @@ from andrea_exp.model.stat_rows import N_STATS, kept_rows
 
 LOG2E = 1.4426950408889634
 # per row block: sum entropy, sum entropy_norm, sum max_prob, max max_prob (rows with > 1 key), sum saturated, max logit
-N_PARTIALS = 6
+N_PARTIALS = 6  # written as the literal 6 inside the kernels: a jit function reads no global int
 
 
 @triton.jit
@@ -157,7 +157,7 @@ def _row_block_stats(q_ptr, k_ptr, part_ptr, flag_ptr,
                                     stride_qt, stride_qd, stride_kt, stride_kd, CAUSAL, True, HEAD_DIM,
                                     BLOCK_M, BLOCK_N, BLOCK_D, ONE_D_BLOCK, IEEE)
 
-        _store_row_partials(part_ptr + ((h * B + b) * n_row_blocks + block) * N_PARTIALS, m_i, l_i, a_i, offs_m, T,
+        _store_row_partials(part_ptr + ((h * B + b) * n_row_blocks + block) * 6, m_i, l_i, a_i, offs_m, T,
                             scale, threshold, CAUSAL, BLOCK_M)
 
 
