@@ -226,7 +226,7 @@ def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=No
         q, k, v = autocast_operands(q, k, v)  # what SDPA would see under autocast
         out, _, stats = torch.ops.andrea_exp.attn_fwd_stats(q, k, v, attn.step_stats_on, float(attn.scale),
                                                             bool(causal), SATURATION)
-        attn.step_stats.copy_(stats)
+        attn.step_stats.copy_(stats.detach())  # a buffer, never part of the autograd graph
         return out
     q, k = autocast_operands(q, k)  # the attention kernels see q, k in the autocast dtype
     stats = torch.ops.andrea_exp.attn_head_stats(q.detach(), k.detach().to(q.dtype), attn.step_stats_on,
