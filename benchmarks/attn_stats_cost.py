@@ -270,7 +270,7 @@ def kernel_alone(args, result: Result, say) -> None:
         return
     from torch.nn import functional as F
 
-    from andrea_exp.model.step_stats import SATURATION
+    from andrea_exp.model.step_stats import SATURATION, cudnn_backward_fits
     from andrea_exp.model.step_stats_kernel import launch_config
 
     B, H, T, d = 32, 12, 1024, 64
@@ -280,12 +280,13 @@ def kernel_alone(args, result: Result, say) -> None:
     q, k, v = (qkv[:, :, i].transpose(1, 2).requires_grad_() for i in range(3))  # (B, H, T, d) views, as the model's
     grad = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
     flag = torch.ones(1, dtype=torch.int32, device="cuda")
+    cudnn = cudnn_backward_fits("auto", q.device)  # the backward the model's fused pass takes here (T % 64 == 0)
 
     def sdpa():
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
     def fused():
-        return torch.ops.andrea_exp.attn_fwd_stats(q, k, v, flag, scale, True, SATURATION)[0]
+        return torch.ops.andrea_exp.attn_fwd_stats(q, k, v, flag, scale, True, SATURATION, cudnn)[0]
 
     def forward_backward(fn):
         return lambda: torch.autograd.grad(fn(), (q, k, v), grad)
@@ -297,7 +298,7 @@ def kernel_alone(args, result: Result, say) -> None:
           "fused_forward_backward": 1e3 * timed(forward_backward(fused), 20, sync)}
     # the passes against SDPA (output, gradients) and the explicit pipeline in float64 (statistics), two sequences
     got_stats = attn_stats.head_stats(q[:2], k[:2], scale=scale, causal=True)
-    fused_stats = torch.ops.andrea_exp.attn_fwd_stats(q[:2], k[:2], v[:2], flag, scale, True, SATURATION)[2]
+    fused_stats = torch.ops.andrea_exp.attn_fwd_stats(q[:2], k[:2], v[:2], flag, scale, True, SATURATION, cudnn)[2]
     ref = attn_stats.reference_head_stats(q[:2].double(), k[:2].double(), scale=scale, causal=True)
 
     def rel_err(got):
@@ -312,14 +313,14 @@ def kernel_alone(args, result: Result, say) -> None:
 
     passes = {"sdpa": lambda q2, k2, v2: F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, scale=scale),
               "fused": lambda q2, k2, v2: torch.ops.andrea_exp.attn_fwd_stats(q2, k2, v2, flag, scale, True,
-                                                                              SATURATION)[0],
+                                                                              SATURATION, cudnn)[0],
               "float64": explicit_float64}
     outs = {name: fn(*two) for name, fn in passes.items()}
     grads = {name: torch.autograd.grad(o, two, grad[:2].to(o.dtype)) for name, o in outs.items()}
     result.update(kernel_alone={
         "shape": [B, H, T, d], "ms": ms, "stats_only_ms_per_step_12_layers": 12 * ms["stats_only_pass"],
         "fused_extra_ms_per_step_12_layers": 12 * (ms["fused_forward_backward"] - ms["sdpa_forward_backward"]),
-        "stats_only_launch_config": launch_config(d, q.dtype),
+        "stats_only_launch_config": launch_config(d, q.dtype), "fused_pass_backward": "cudnn" if cudnn else "flash",
         "max_rel_err_vs_explicit_float64": {"stats_only_pass": rel_err(got_stats), "fused_pass": rel_err(fused_stats)},
         "output_max_abs_err_vs_float64": {name: (outs[name].double() - outs["float64"]).abs().max().item()
                                           for name in ("sdpa", "fused")},

@@ -550,9 +550,9 @@ needs_fused_pass = pytest.mark.skipif(not (torch.cuda.is_available() and attn_st
                                       reason="needs CUDA with Triton")
 
 
-def fused_pass(q, k, v, scale: float, causal: bool, on: int = 1):
+def fused_pass(q, k, v, scale: float, causal: bool, on: int = 1, cudnn: bool = False):
     flag = torch.full((1,), on, dtype=torch.int32, device=q.device)
-    return torch.ops.andrea_exp.attn_fwd_stats(q, k, v, flag, scale, causal, SATURATION)
+    return torch.ops.andrea_exp.attn_fwd_stats(q, k, v, flag, scale, causal, SATURATION, cudnn)
 
 
 def explicit_float64(q, k, v, scale: float, causal: bool):
@@ -570,17 +570,19 @@ def fused_grid():
             for causal in (True, False):
                 for scaled in (True, False):
                     for dtype in (torch.bfloat16, torch.float16):
-                        yield pytest.param(T, d, causal, scaled, dtype, marks=pytest.mark.gpu,
-                                           id=f"T{T}-d{d}-{'causal' if causal else 'full'}-"
-                                              f"{'scaled' if scaled else 'unscaled'}-{str(dtype).split('.')[-1]}")
+                        for backward in ("flash", "cudnn") if T % 64 == 0 else ("flash",):  # cudnn_backward_fits
+                            yield pytest.param(T, d, causal, scaled, dtype, backward, marks=pytest.mark.gpu,
+                                               id=f"T{T}-d{d}-{'causal' if causal else 'full'}-"
+                                                  f"{'scaled' if scaled else 'unscaled'}-{str(dtype).split('.')[-1]}"
+                                                  f"-{backward}")
 
 
 @needs_fused_pass
-@pytest.mark.parametrize("T, d, causal, scaled, dtype", list(fused_grid()))
-def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, causal, scaled, dtype):
-    """Output and gradients: no further from the float64 formula than SDPA's flash kernel is (3 x its error plus a
-    quarter of the dtype's epsilon, relative to the largest value); log-sum-exp to float32 rounding; statistics to
-    REL, as the statistics-only pass."""
+@pytest.mark.parametrize("T, d, causal, scaled, dtype, backward", list(fused_grid()))
+def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, causal, scaled, dtype, backward):
+    """Output and gradients (through flash's or cuDNN's backward): no further from the float64 formula than SDPA's
+    flash kernel is (3 x its error plus a quarter of the dtype's epsilon, relative to the largest value);
+    log-sum-exp to float32 rounding; statistics to REL, as the statistics-only pass."""
     from torch.nn import functional as F
 
     gen = torch.Generator(device="cuda").manual_seed(T * 1000 + d)
@@ -588,7 +590,7 @@ def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, 
     q, k, v = (torch.randn(B, H, T, d, device="cuda", generator=gen).to(dtype).requires_grad_() for _ in range(3))
     grad = torch.randn(B, H, T, d, device="cuda", generator=gen).to(dtype)
     scale = 1 / math.sqrt(d) if scaled else 1.0
-    out, lse, stats = fused_pass(q, k, v, scale, causal)
+    out, lse, stats = fused_pass(q, k, v, scale, causal, cudnn=backward == "cudnn")
     exact, exact_lse = explicit_float64(q, k, v, scale, causal)
     where = f"T {T} d {d} causal {causal} scaled {scaled} {dtype}"
     eps = torch.finfo(dtype).eps
@@ -616,9 +618,9 @@ def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_o
     q, k = (t.to("cuda", torch.bfloat16) for t in rising_keys())
     v = torch.randn_like(q)
     out, _, stats = fused_pass(q, k, v, 1.0, True)
-    assert_close(stats, reference_head_stats(q, k, scale=1.0, causal=True), q.size(2))
+    assert_close(stats, reference_head_stats(q.float(), k.float(), scale=1.0, causal=True), q.size(2))
     with pytest.raises(AssertionError):
-        assert_close(stats, reference_head_stats(q, k, scale=1.0, causal=False), q.size(2))
+        assert_close(stats, reference_head_stats(q.float(), k.float(), scale=1.0, causal=False), q.size(2))
     causal_ref, _ = explicit_float64(q, k, v, 1.0, True)
     full_ref, _ = explicit_float64(q, k, v, 1.0, False)
     assert (out.double() - causal_ref).abs().max() < 0.02 < (out.double() - full_ref).abs().max()

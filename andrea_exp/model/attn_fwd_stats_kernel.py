@@ -19,11 +19,11 @@ import triton
 import triton.language as tl
 
 from andrea_exp.model.stat_rows import N_STATS
+from andrea_exp.model.step_stats import FUSED_MAX_HEAD_DIM, fused_pass_supports
 from andrea_exp.model.step_stats_kernel import LOG2E, N_PARTIALS, _online_update, _store_row_partials, finish_heads
 
 # one warp group, blocks of 64 rows and 64 keys, 3 stages: the statistics pass's configuration (launch_config)
 BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES = 64, 64, 4, 3
-MAX_HEAD_DIM = 128  # the q block and the output accumulator stay in registers
 
 
 @triton.jit
@@ -95,19 +95,13 @@ def _attn_fwd_stats(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_ptr, flag_ptr,
                             scale, threshold, CAUSAL, BLOCK_M)
 
 
-def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether attention_with_stats takes these operands: bf16 / fp16 on CUDA, one width for q, k and v up to
-    MAX_HEAD_DIM (a multiple of 8, as PyTorch's flash backward needs), as many keys as queries."""
-    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and k.dtype == v.dtype == q.dtype
-            and q.shape == k.shape == v.shape and q.size(-1) <= MAX_HEAD_DIM and q.size(-1) % 8 == 0)
-
-
 def attention_with_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enabled: torch.Tensor, scale: float,
                          causal: bool, threshold: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v (B, H, T, d) on CUDA (see `supports`) -> (out (B, H, T, d) laid out (B, T, H, d), lse (B, H, T)
-    float32, statistics (N_STATS, H) float32, undefined unless enabled[0] != 0). Two launches, no host sync."""
-    if not supports(q, k, v):
-        raise ValueError(f"attention_with_stats takes bf16 / fp16 CUDA q, k, v of one shape, d <= {MAX_HEAD_DIM} "
+    """q, k, v (B, H, T, d) on CUDA (see step_stats.fused_pass_supports) -> (out (B, H, T, d) laid out
+    (B, T, H, d), lse (B, H, T) float32, statistics (N_STATS, H) float32, undefined unless enabled[0] != 0).
+    Two launches, no host sync."""
+    if not fused_pass_supports(q, k, v):
+        raise ValueError(f"attention_with_stats takes bf16 / fp16 CUDA q, k, v of one shape, d <= {FUSED_MAX_HEAD_DIM} "
                          f"and a multiple of 8; got {q.dtype} {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if not scale > 0:  # the row's max is taken on q.k before scaling (see step_stats_kernel's docstring)
         raise ValueError(f"scale must be positive; got {scale!r}")

@@ -58,6 +58,7 @@ class Attention(nn.Module):
         self.register_buffer("step_stats", None, persistent=False)
         self.register_buffer("step_stats_on", None, persistent=False)
         self.fused_stats = False  # step_stats.enable: the fused path's training forward computes them with it
+        self.cudnn_stats_backward = False  # step_stats.enable: that pass's gradients from cuDNN, else flash
 
     def project_qkv(self, x):
         """x (B, T, d_model) -> q, k (B, T, H*d_k) and v (B, T, H*d_v).

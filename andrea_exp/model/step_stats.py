@@ -134,36 +134,45 @@ def head_stats(q: torch.Tensor, k: torch.Tensor, *, scale: float, causal: bool, 
 
 @torch.library.custom_op("andrea_exp::attn_fwd_stats", mutates_args=())
 def _attn_fwd_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enabled: torch.Tensor, scale: float,
-                    causal: bool, threshold: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out (B, H, T, d), lse (B, H, T), statistics (N_STATS, H)) from q, k, v (B, H, T, d): attn_fwd_stats_kernel."""
+                    causal: bool, threshold: float, cudnn_backward: bool) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                   torch.Tensor]:
+    """(out (B, H, T, d), lse (B, H, T), statistics (N_STATS, H)) from q, k, v (B, H, T, d): attn_fwd_stats_kernel.
+    cudnn_backward: gradients from cuDNN's attention backward, else from flash's (cudnn_backward_fits)."""
     from andrea_exp.model.attn_fwd_stats_kernel import attention_with_stats
 
     return attention_with_stats(q, k, v, enabled, scale, causal, threshold)
 
 
 @_attn_fwd_stats.register_fake
-def _(q, k, v, enabled, scale, causal, threshold):
+def _(q, k, v, enabled, scale, causal, threshold, cudnn_backward):
     B, H, T, D = q.shape
     out = q.new_empty((B, T, H, D)).transpose(1, 2)  # (B, H, T, D), laid out as the kernel writes it
     return out, q.new_empty((B, H, T), dtype=torch.float32), q.new_empty((N_STATS, H), dtype=torch.float32)
 
 
 def _save_for_backward(ctx, inputs, output):
-    q, k, v, _, scale, causal, _ = inputs
+    q, k, v, _, scale, causal, _, cudnn_backward = inputs
     out, lse, _ = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.scale, ctx.causal = scale, causal
+    ctx.scale, ctx.causal, ctx.cudnn_backward = scale, causal, cudnn_backward
 
 
 def _attn_fwd_stats_backward(ctx, grad_out, _grad_lse, _grad_stats):
-    """PyTorch's flash-attention backward on the forward's out and log-sum-exp (no dropout: its random state is
-    never read; no sequence offsets: None, the dense batch)."""
+    """PyTorch's cuDNN or flash attention backward on the forward's out and log-sum-exp: both read the same
+    natural-log log-sum-exp of the scaled scores (cuDNN's as (B, H, T, 1)). No dropout: the random state is never
+    read; no sequence offsets, no bias: None, the dense batch."""
     q, k, v, out, lse = ctx.saved_tensors
     T = q.size(-2)
-    unused = torch.zeros((), dtype=torch.int64)
-    grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        grad_out, q, k, v, out, lse, None, None, T, T, 0.0, ctx.causal, unused, unused, scale=ctx.scale)
-    return grad_q, grad_k, grad_v, None, None, None, None
+    if ctx.cudnn_backward:
+        unused = torch.zeros((), dtype=torch.int64, device=q.device)
+        grads = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            grad_out, q, k, v, out, lse.unsqueeze(-1), unused, unused, None, None, None, T, T, 0.0, ctx.causal,
+            scale=ctx.scale)
+    else:
+        unused = torch.zeros((), dtype=torch.int64)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad_out, q, k, v, out, lse, None, None, T, T, 0.0, ctx.causal, unused, unused, scale=ctx.scale)
+    return *grads, None, None, None, None, None
 
 
 _attn_fwd_stats.register_autograd(_attn_fwd_stats_backward, setup_context=_save_for_backward)
@@ -171,14 +180,31 @@ _attn_fwd_stats.register_autograd(_attn_fwd_stats_backward, setup_context=_save_
 
 def fused_pass_takes(attn, q, k, v) -> bool:
     """Whether attn's training forward runs as one pass with its statistics: the fused path on CUDA with Triton,
-    PyTorch's choice of kernel or flash (the pass's backward is flash's), no score transforms, operands the
-    kernel takes (attn_fwd_stats_kernel.supports, after autocast)."""
-    if not (attn.fused_stats and attn.use_fused and q.is_cuda and attn.sdpa_backend in ("auto", "flash")
-            and not attn.transforms and triton_available()):
+    PyTorch's choice of kernel, cuDNN or flash (the pass's backward is one of theirs), no score transforms,
+    operands the kernel takes (attn_fwd_stats_kernel.supports, after autocast)."""
+    if not (attn.fused_stats and attn.use_fused and q.is_cuda and attn.sdpa_backend in ("auto", "cudnn", "flash")
+            and not attn.transforms):
         return False
-    from andrea_exp.model.attn_fwd_stats_kernel import supports
+    return fused_pass_supports(*autocast_operands(q, k, v))
 
-    return supports(*autocast_operands(q, k, v))
+
+FUSED_MAX_HEAD_DIM = 128  # the fused pass keeps the q block and the output accumulator in registers
+
+
+def fused_pass_supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether the fused pass takes these operands: bf16 / fp16 on CUDA, one width for q, k and v up to
+    FUSED_MAX_HEAD_DIM and a multiple of 8 (as the cuDNN and flash backwards need), as many keys as queries."""
+    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and k.dtype == v.dtype == q.dtype
+            and q.shape == k.shape == v.shape and q.size(-1) <= FUSED_MAX_HEAD_DIM and q.size(-1) % 8 == 0)
+
+
+def cudnn_backward_fits(sdpa_backend: str, device: torch.device) -> bool:
+    """cuDNN's backward after the fused pass where SDPA itself runs cuDNN's kernels: model.sdpa_backend auto or
+    cudnn, cuDNN attention on, a Hopper or newer GPU (and T a multiple of 64, checked per call); flash's
+    elsewhere. On an H200 at the 120M layer shape cuDNN's backward takes 0.53 ms and flash's 0.71
+    (benchmarks/investigations/attn_fwd_stats_backward.py). Decided in `enable`, outside compiled code."""
+    return (device.type == "cuda" and sdpa_backend in ("auto", "cudnn") and torch.backends.cuda.cudnn_sdp_enabled()
+            and torch.cuda.get_device_capability(device) >= (9, 0))
 
 
 def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -205,7 +231,8 @@ def enable(model, fused: bool = True) -> torch.Tensor:
         attn = block.attn
         attn.step_stats = torch.full((N_STATS, attn.n_head), math.nan, device=device)
         attn.step_stats_on = flag
-        attn.fused_stats = bool(fused)
+        attn.fused_stats = bool(fused) and device.type == "cuda" and triton_available()
+        attn.cudnn_stats_backward = cudnn_backward_fits(attn.sdpa_backend, device)
     if device.type == "cuda" and triton_available():  # Triton imported here, outside any compiled code
         import andrea_exp.model.attn_fwd_stats_kernel  # noqa: F401
         import andrea_exp.model.step_stats_kernel  # noqa: F401
@@ -225,7 +252,8 @@ def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=No
     if v is not None and fused_pass_takes(attn, q, k, v):
         q, k, v = autocast_operands(q, k, v)  # what SDPA would see under autocast
         out, _, stats = torch.ops.andrea_exp.attn_fwd_stats(q, k, v, attn.step_stats_on, float(attn.scale),
-                                                            bool(causal), SATURATION)
+                                                            bool(causal), SATURATION,
+                                                            attn.cudnn_stats_backward and q.size(-2) % 64 == 0)
         attn.step_stats.copy_(stats.detach())  # a buffer, never part of the autograd graph
         return out
     q, k = autocast_operands(q, k)  # the attention kernels see q, k in the autocast dtype
