@@ -48,10 +48,12 @@ from benchmarks.common import build_cell, compose_cfg, git_commit, timed
 from benchmarks.throughput import Result, andrea_overrides, sync, timed_window
 
 TARGET_COST_PCT, GOAL_COST_PCT = 2.0, 1.0
-ARMS = {"off": ["train.attn_stats=off"], "every": ["train.attn_stats=every"],
-        "every10": ["train.attn_stats=every", "train.attn_stats_every=10"],
-        "every_separate": ["train.attn_stats=every", "train.attn_stats_pass=separate"]}
-GRAPH_OF = {"off": "off", "every": "every", "every10": "every", "every_separate": "every_separate"}  # which compile
+ARMS = {"off": ["train.attn_stats=off"], "every": ["train.attn_stats=every", "train.attn_stats_pass=fused"],
+        "every10": ["train.attn_stats=every", "train.attn_stats_every=10", "train.attn_stats_pass=fused"],
+        "every_separate": ["train.attn_stats=every", "train.attn_stats_pass=separate"],
+        "every10_separate": ["train.attn_stats=every", "train.attn_stats_every=10", "train.attn_stats_pass=separate"]}
+GRAPH_OF = {"off": "off", "every": "every", "every10": "every", "every_separate": "every_separate",
+            "every10_separate": "every_separate"}  # the arms that compile to one graph
 STATS_KERNELS = ("_row_block_stats", "_finish_heads", "_attn_fwd_stats")
 CONTROL = "control"  # a second off arm, built last: the difference two identical arms show
 FIRST_LOSSES = 20  # steps whose losses are compared on their own (compilation, capture, the first replays)

@@ -366,6 +366,25 @@ def test_settings_default_off_and_bad_values_are_one_line():
         validate(config("train.attn_stats=sometimes"))
     with pytest.raises(ConfigError, match=r"^train.attn_stats_every must be an integer >= 1; got 0$"):
         validate(config("train.attn_stats_every=0"))
+    with pytest.raises(ConfigError, match=r"^train.attn_stats_pass must be one of auto, fused, separate"):
+        validate(config("train.attn_stats_pass=both"))
+
+
+def test_the_pass_is_fused_at_every_step_and_separate_with_a_cadence():
+    from andrea_exp.config.choices import resolve_attn_stats_pass
+
+    assert config().train.attn_stats_pass == "auto"
+    assert [resolve_attn_stats_pass("auto", every) for every in (1, 2, 10)] == ["fused", "separate", "separate"]
+    assert resolve_attn_stats_pass("fused", 10) == "fused" and resolve_attn_stats_pass("separate", 1) == "separate"
+    with pytest.raises(ValueError, match="train.attn_stats_pass must be one of auto, fused, separate; got 'x'"):
+        resolve_attn_stats_pass("x", 1)
+    for every in (1, 3):  # off CUDA no layer takes the fused pass, whatever was asked
+        cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
+        model = tiny_model()
+        stats = attn_stats.from_config(cfg, model)
+        assert stats.every == every
+        assert all(block.attn.fused_stats is False for block in model.blocks)  # a CPU model: the separate pass
+        assert all(block.attn.cudnn_stats_backward is False for block in model.blocks)
 
 
 def read_rows(run_dir: Path) -> list[dict]:

@@ -231,7 +231,8 @@ class TrainSchema:
     attn_stats: Any = setting(Normalized(normalize_attn_stats), operational=True)  # every | off
     attn_stats_every: int = setting(Integer(1), operational=True)
     # fused: in one pass with the attention's forward where the kernel takes it (same results to rounding, as
-    # compile); separate: the forward untouched (bitwise), a second pass over q k^T
+    # compile); separate: the forward untouched (bitwise), a second pass over q k^T; auto: fused at every step,
+    # separate with a cadence (choices.resolve_attn_stats_pass)
     attn_stats_pass: str = setting(Choice(ATTN_STATS_PASSES), operational=True)
     attn_stats_per_head: bool = setting(Choice(BOOLS), operational=True)
     device: str = setting(Device(), operational=True)

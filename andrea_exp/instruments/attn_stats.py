@@ -50,7 +50,7 @@ import math
 
 import torch
 
-from andrea_exp.config.choices import normalize_attn_stats
+from andrea_exp.config.choices import normalize_attn_stats, resolve_attn_stats_pass
 from andrea_exp.model.step_stats import (  # noqa: F401  (the statistics themselves, computed in the forward)
     N_STATS,
     STATS,
@@ -170,9 +170,10 @@ OFF = Off()
 
 def from_config(cfg, model) -> StepStats | Off:
     """train.attn_stats (every | off), train.attn_stats_every, train.attn_stats_per_head, train.attn_stats_pass
-    (fused | separate) -> StepStats, or OFF."""
+    (auto | fused | separate) -> StepStats, or OFF."""
     tc = cfg.train
     if normalize_attn_stats(tc.get("attn_stats", "off")) == "off":
         return OFF
-    return StepStats(model, tc.get("attn_stats_every", 1), bool(tc.get("attn_stats_per_head", False)),
-                     tc.get("attn_stats_pass", "fused") == "fused")
+    every = tc.get("attn_stats_every", 1)
+    fused = resolve_attn_stats_pass(tc.get("attn_stats_pass", "auto"), every) == "fused"
+    return StepStats(model, every, bool(tc.get("attn_stats_per_head", False)), fused)
