@@ -20,7 +20,14 @@ import triton.language as tl
 
 from andrea_exp.model.stat_rows import N_STATS
 from andrea_exp.model.step_stats import FUSED_MAX_HEAD_DIM, fused_pass_supports
-from andrea_exp.model.step_stats_kernel import LOG2E, N_PARTIALS, _online_update, _store_row_partials, finish_heads
+from andrea_exp.model.step_stats_kernel import (
+    LOG2E,
+    N_PARTIALS,
+    _masked_key_range,
+    _online_update,
+    _store_row_partials,
+    finish_heads,
+)
 
 # one warp group, blocks of 64 rows and 64 keys, 3 stages: the statistics pass's configuration (launch_config)
 BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES = 64, 64, 4, 3
@@ -72,12 +79,7 @@ def _attn_fwd_stats(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_ptr, flag_ptr,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     a_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if CAUSAL:
-        lo = block * BLOCK_M  # keys before the block's first row: visible to all its rows
-        hi = tl.minimum(lo + BLOCK_M, T)
-    else:
-        lo = (T // BLOCK_N) * BLOCK_N  # whole key blocks, then the partial one
-        hi = T
+    lo, hi = _masked_key_range(block, T, CAUSAL, BLOCK_M, BLOCK_N)
     acc, m_i, l_i, a_i = _weighted_key_blocks(acc, m_i, l_i, a_i, q, k_base, v_base, offs_m, 0, lo, T, qk_scale,
                                               stride_kt, stride_kd, stride_vt, stride_vd, False, False, HEAD_DIM,
                                               BLOCK_N, BLOCK_D)

@@ -97,6 +97,18 @@ def _key_blocks(m_i, l_i, a_i, q, q_base, k_base, offs_m, start, stop, T, qk_sca
 
 
 @triton.jit
+def _masked_key_range(block, T, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(lo, hi): a row block's keys 0..lo-1 need no mask, lo..hi-1 do (causal: the diagonal block)."""
+    if CAUSAL:
+        lo = block * BLOCK_M  # keys before the block's first row: visible to all its rows
+        hi = tl.minimum(lo + BLOCK_M, T)
+    else:
+        lo = (T // BLOCK_N) * BLOCK_N  # whole key blocks, then the partial one
+        hi = T
+    return lo, hi
+
+
+@triton.jit
 def _store_row_partials(out, m_i, l_i, a_i, offs_m, T, scale, threshold, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
     """A block of rows' (m, l, a) -> its N_PARTIALS partials at `out`: 4 sums, 2 maxima (see N_PARTIALS)."""
     ln2 = 0.6931471805599453
@@ -144,12 +156,7 @@ def _row_block_stats(q_ptr, k_ptr, part_ptr, flag_ptr,
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         a_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if CAUSAL:
-            lo = block * BLOCK_M  # keys before the block's first row: visible to all its rows
-            hi = tl.minimum(lo + BLOCK_M, T)
-        else:
-            lo = (T // BLOCK_N) * BLOCK_N  # whole key blocks, then the partial one
-            hi = T
+        lo, hi = _masked_key_range(block, T, CAUSAL, BLOCK_M, BLOCK_N)
         m_i, l_i, a_i = _key_blocks(m_i, l_i, a_i, q, q_base, k_base, offs_m, 0, lo, T, qk_scale,
                                     stride_qt, stride_qd, stride_kt, stride_kd, False, False, HEAD_DIM,
                                     BLOCK_M, BLOCK_N, BLOCK_D, ONE_D_BLOCK, IEEE)
