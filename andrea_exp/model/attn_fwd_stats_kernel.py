@@ -18,8 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from andrea_exp.model.stat_rows import N_STATS
-from andrea_exp.model.step_stats import FUSED_MAX_HEAD_DIM, fused_pass_supports
+from andrea_exp.model.stat_rows import FUSED_MAX_HEAD_DIM, N_STATS, fused_pass_supports
 from andrea_exp.model.step_stats_kernel import (
     LOG2E,
     N_PARTIALS,
@@ -99,7 +98,7 @@ def _attn_fwd_stats(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_ptr, flag_ptr,
 
 def attention_with_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enabled: torch.Tensor, scale: float,
                          causal: bool, threshold: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v (B, H, T, d) on CUDA (see step_stats.fused_pass_supports) -> (out (B, H, T, d) laid out
+    """q, k, v (B, H, T, d) on CUDA (see stat_rows.fused_pass_supports) -> (out (B, H, T, d) laid out
     (B, T, H, d), lse (B, H, T) float32, statistics (N_STATS, H) float32, undefined unless enabled[0] != 0).
     Two launches, no host sync."""
     if not fused_pass_supports(q, k, v):

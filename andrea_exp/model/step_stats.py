@@ -9,7 +9,13 @@ import math
 
 import torch
 
-from andrea_exp.model.stat_rows import N_STATS, STATS, kept_rows  # noqa: F401  (STATS re-exported)
+from andrea_exp.model.stat_rows import (  # noqa: F401  (STATS, FUSED_MAX_HEAD_DIM re-exported)
+    FUSED_MAX_HEAD_DIM,
+    N_STATS,
+    STATS,
+    fused_pass_supports,
+    kept_rows,
+)
 from andrea_exp.runs.metric_keys import SATURATION
 
 KEY_CHUNK = 256  # keys per block on the PyTorch path
@@ -186,16 +192,6 @@ def fused_pass_takes(attn, q, k, v) -> bool:
             and not attn.transforms):
         return False
     return fused_pass_supports(*autocast_operands(q, k, v))
-
-
-FUSED_MAX_HEAD_DIM = 128  # the fused pass keeps the q block and the output accumulator in registers
-
-
-def fused_pass_supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether the fused pass takes these operands: bf16 / fp16 on CUDA, one width for q, k and v up to
-    FUSED_MAX_HEAD_DIM and a multiple of 8 (as the cuDNN and flash backwards need), as many keys as queries."""
-    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and k.dtype == v.dtype == q.dtype
-            and q.shape == k.shape == v.shape and q.size(-1) <= FUSED_MAX_HEAD_DIM and q.size(-1) % 8 == 0)
 
 
 def cudnn_backward_fits(sdpa_backend: str, device: torch.device) -> bool:
