@@ -1,5 +1,4 @@
 """andrea-exp: training-stability experiments for scaled, masked attention."""
 
 __version__ = "0.1.0"
-
-from andrea_exp.config import schema as _schema  # noqa: E402,F401  (registers the settings schema with Hydra)
+# nothing heavy here: the andrea-exp command (andrea_exp.__main__) imports the rest inside its Ctrl-C guard

@@ -99,14 +99,24 @@ def test_andrea_report_that_fails_to_write_is_one_line(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- Ctrl-C while the command starts
 
 
-def test_ctrl_c_during_start_up_is_one_line(tmp_path):
+@pytest.mark.parametrize("after_s", [0.3, 0.8, 2.0])  # while torch and Hydra load; settings checked; later
+def test_ctrl_c_during_start_up_is_one_line(tmp_path, after_s):
     proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "logger.mode=disabled", f"hydra.run.dir={tmp_path}/r"],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        proc.wait(timeout=0.8)  # settings checked, torch imported: seconds before the first step
+        proc.wait(timeout=after_s)  # seconds before the first step
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert err.strip().splitlines() == [
         "[andrea-exp] interrupted by SIGINT during start-up, before the first training step; nothing was trained"]
+
+
+def test_the_andrea_exp_command_starts_inside_the_ctrl_c_guard():
+    """The console script enters where `python -m andrea_exp` does (andrea_exp.__main__), which imports the rest
+    inside its guard: an interrupt while torch loads is the same one line."""
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["andrea-exp"] == "andrea_exp.__main__:main"

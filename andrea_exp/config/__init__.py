@@ -8,3 +8,5 @@ modes, mask fill, QK-LayerNorm, fused-path eligibility; the schema's rules and m
 
 May import: nothing else of andrea_exp (the bottom layer; free of torch, so a sweep's launcher stays light).
 """
+
+from andrea_exp.config import schema as _schema  # noqa: E402,F401  (registers the settings schema with Hydra)

@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from andrea_exp.__main__ import interrupted_at_start_up
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
@@ -282,17 +283,20 @@ def main() -> None:
     try:
         run_command()
     except KeyboardInterrupt:  # Ctrl-C where no training step runs to stop cleanly: one line, not a traceback
-        print(f"[andrea-exp] {interrupted_where()}", file=sys.stderr, flush=True)
+        where = interrupted_where()
+        if where is None:
+            interrupted_at_start_up()
+        print(f"[andrea-exp] {where}", file=sys.stderr, flush=True)
         sys.exit(128 + signal.SIGINT)
 
 
-def interrupted_where() -> str:
-    """What a KeyboardInterrupt that reached main() cut short, in one line."""
+def interrupted_where() -> str | None:
+    """What a KeyboardInterrupt that reached main() cut short, in one line; None: the start-up (STARTUP)."""
     if sweep_stop.LAUNCHER.signum is not None:
         return "stopped at once by a second signal"
     interrupts = sys.modules.get("andrea_exp.training.interrupts")  # not imported before a run begins
     if interrupts is None or not interrupts.loops_begun:
-        return "interrupted by SIGINT during start-up, before the first training step; nothing was trained"
+        return None
     return ("interrupted by SIGINT outside a training step (the end of a run: final evaluation, checkpoint or "
             "summary); its files are as far as they got")
 
