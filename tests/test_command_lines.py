@@ -116,7 +116,5 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, after_s):
 def test_the_andrea_exp_command_starts_inside_the_ctrl_c_guard():
     """The console script enters where `python -m andrea_exp` does (andrea_exp.__main__), which imports the rest
     inside its guard: an interrupt while torch loads is the same one line."""
-    import tomllib
-
-    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["andrea-exp"] == "andrea_exp.__main__:main"
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert 'andrea-exp = "andrea_exp.__main__:main"' in pyproject.splitlines()
