@@ -6,8 +6,8 @@ the statistics pass's own (step_stats_kernel._online_update: running max m, sum 
 base 2), so the statistics cost one fused multiply-add per score instead of a second pass over q k^T. It writes
 the output (B, T, H, d) as SDPA's flash kernel lays it out, the rows' log-sum-exp (B, H, T) float32 in natural
 units of the scaled scores (what that kernel's backward reads), and, when the flag is on, the row blocks'
-statistics partials (step_stats_kernel.finish_heads reduces them). The backward is PyTorch's flash-attention
-backward on (q, k, v, out, lse) (model.step_stats registers it).
+statistics partials (step_stats_kernel.finish_heads reduces them). The backward is PyTorch's cuDNN or flash
+attention backward on (q, k, v, out, lse), both of which read that log-sum-exp (model.step_stats registers it).
 
 Imported only on CUDA (step_stats imports it lazily).
 """

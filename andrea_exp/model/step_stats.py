@@ -187,11 +187,9 @@ _attn_fwd_stats.register_autograd(_attn_fwd_stats_backward, setup_context=_save_
 def fused_pass_takes(attn, q, k, v) -> bool:
     """Whether attn's training forward runs as one pass with its statistics: the fused path on CUDA with Triton,
     PyTorch's choice of kernel, cuDNN or flash (the pass's backward is one of theirs), no score transforms,
-    operands the kernel takes (attn_fwd_stats_kernel.supports, after autocast)."""
-    if not (attn.fused_stats and attn.use_fused and q.is_cuda and attn.sdpa_backend in ("auto", "cudnn", "flash")
-            and not attn.transforms):
-        return False
-    return fused_pass_supports(*autocast_operands(q, k, v))
+    operands the kernel takes (stat_rows.fused_pass_supports; q, k, v as the kernels see them, after autocast)."""
+    return (attn.fused_stats and attn.use_fused and attn.sdpa_backend in ("auto", "cudnn", "flash")
+            and not attn.transforms and fused_pass_supports(q, k, v))
 
 
 def cudnn_backward_fits(sdpa_backend: str, device: torch.device) -> bool:
@@ -241,18 +239,19 @@ def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=No
 
     Only in a training forward (train mode, gradients on, no captured stages, every key visible). With v given
     and a forward the fused pass takes (fused_pass_takes), the attention itself is computed in the same pass and
-    its output (B, H, T, d) returned, gradients through PyTorch's flash backward; else None (the caller
+    its output (B, H, T, d) returned, gradients through PyTorch's cuDNN or flash backward; else None (the caller
     attends)."""
     if not attn.training or not torch.is_grad_enabled() or attn.stages is not None or visible_keys is not None:
         return None
+    q, k = autocast_operands(q, k)  # the attention kernels see q, k (and v) in the autocast dtype
+    if v is not None:
+        (v,) = autocast_operands(v)
     if v is not None and fused_pass_takes(attn, q, k, v):
-        q, k, v = autocast_operands(q, k, v)  # what SDPA would see under autocast
         out, _, stats = torch.ops.andrea_exp.attn_fwd_stats(q, k, v, attn.step_stats_on, float(attn.scale),
                                                             bool(causal), SATURATION,
                                                             attn.cudnn_stats_backward and q.size(-2) % 64 == 0)
         attn.step_stats.copy_(stats.detach())  # a buffer, never part of the autograd graph
         return out
-    q, k = autocast_operands(q, k)  # the attention kernels see q, k in the autocast dtype
     stats = torch.ops.andrea_exp.attn_head_stats(q.detach(), k.detach().to(q.dtype), attn.step_stats_on,
                                                  float(attn.scale), bool(causal), SATURATION)
     attn.step_stats.copy_(stats)
