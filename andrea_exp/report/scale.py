@@ -16,9 +16,14 @@ from pathlib import Path
 
 from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.effects import Place
-from andrea_exp.report.growth import curve
 from andrea_exp.report.runs import Run, load_runs
-from andrea_exp.report.screen_figures import SCALE_LABEL, curve_panels, dks, per_step_or_probe, pick_cell, ref_lines
+from andrea_exp.report.screen_figures import (
+    curve_panels,
+    dks,
+    per_step_or_probe,
+    ref_lines,
+    scaled_and_unscaled,
+)
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import (
@@ -67,11 +72,7 @@ def figure(models: dict[str, Cells], out: Path) -> Path | None:
             causal = [x for x in c.training if is_causal(x)]
             key = key_of(causal)
             for dk in dks(causal):
-                curves = {}
-                for mode in ("sqrt", "none"):
-                    cell = pick_cell(causal, **{"model.d_k": dk, "model.scale": mode})
-                    if cell is not None:
-                        curves[SCALE_LABEL[mode]] = curve(cell, key, every_seed=True)
+                curves = scaled_and_unscaled(causal, dk, key)
                 if any(curves.values()):
                     panels.append({"title": f"{model}, d_k {dk}", "ylabel": key, "xlabel": "step", "curves": curves,
                                    "logy": logy, "refs": ref_lines(c.ref(causal[0])) if refs else {}})

@@ -89,6 +89,17 @@ def pick_cell(cells: list[Cell], **want) -> Cell | None:
 SCALE_LABEL = {"sqrt": "1/sqrt(d_k)", "none": "no divisor", "inv": "1/d_k"}
 
 
+def scaled_and_unscaled(cells: list[Cell], dk, key: str) -> dict:
+    """The curves of `key` (every seed) of the scaled and the unscaled cell at d_k `dk`, by SCALE_LABEL; a
+    missing cell has no entry."""
+    curves = {}
+    for mode in ("sqrt", "none"):
+        cell = pick_cell(cells, **{"model.d_k": dk, "model.scale": mode})
+        if cell is not None:
+            curves[SCALE_LABEL[mode]] = curve(cell, key, every_seed=True)
+    return curves
+
+
 def loss_vs_lr(c: Cells, out: Path) -> Path | None:
     panels = []
     sweep = c.lr_sweep
@@ -148,11 +159,7 @@ def per_dk_curves(c: Cells, out: Path, name: str, keys: list[tuple[str, str, boo
     panels = []
     for key, ylabel, logy in keys:
         for dk in dks(grid):
-            curves = {}
-            for s in ("sqrt", "none"):
-                cell = pick_cell(grid, **{"model.d_k": dk, "model.scale": s})
-                if cell is not None:
-                    curves[SCALE_LABEL[s]] = curve(cell, key, every_seed=True)
+            curves = scaled_and_unscaled(grid, dk, key)
             if any(curves.values()):
                 panels.append({"title": f"{ylabel}, d_k {dk}", "ylabel": ylabel, "curves": curves, "logy": logy,
                                "refs": ref_lines(c.ref(grid[0])) if refs else {}})
