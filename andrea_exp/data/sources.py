@@ -229,6 +229,20 @@ class Dataset:
         """Sampling standard error of `floor` (see floor_standard_error); nan when the floor is unknown."""
         return floor_standard_error(self.eval)
 
+    @property
+    def train_tokens(self) -> int:
+        """Target tokens of the training split the batches draw from: training windows x T (data/train_tokens)."""
+        windows = self.train.tokens
+        seq_len = windows.seq_len if isinstance(windows, TokenWindows) else windows.size(1) - 1
+        return len(windows) * seq_len
+
+    def held_in(self) -> torch.Tensor:
+        """A fixed set of training windows, as many as the held-out ones and evenly spaced over the training
+        split (the same at every evaluation and for every seed's order): the training loss of eval/loss_train_split."""
+        n_train, n = len(self.train.tokens), min(len(self.eval.tokens), len(self.train.tokens))
+        index = torch.arange(n, dtype=torch.int64) * n_train // n
+        return self.train.tokens[index.to(self.train.tokens.device)]
+
     def to(self, device) -> Dataset:
         """Keep the token tables on the training device so a batch costs no host-to-device copy."""
         self.train.tokens = self.train.tokens.to(device)

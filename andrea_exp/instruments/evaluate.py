@@ -131,7 +131,7 @@ def generate(model, prompt: torch.Tensor, n_tokens: int, seed: int = 0) -> torch
 
 
 def evaluate(model, held_out, floor: float, floor_se: float = math.nan,
-             generation_sequences: int | None = None) -> dict:
+             generation_sequences: int | None = None, held_in: torch.Tensor | None = None) -> dict:
     """The eval/* metrics of the contract on held-out (N, T+1) tokens already on the model's device.
 
     floor: the exact entropy of the held-out targets (nan when unknown); floor_se: its sampling standard error.
@@ -139,6 +139,8 @@ def evaluate(model, held_out, floor: float, floor_se: float = math.nan,
     only (None: all N). It costs about T/2 forwards of a window per window (a forward per prefix length),
     which at T 1024 outweighs the training between evaluations; the gap is then paired, the generation
     loss minus the as-trained loss of the same n windows, so it stays unbiased.
+    held_in: fixed training windows (N', T+1); their loss with the model's own mask is eval/loss_train_split,
+    the training loss beside the held-out one (a held-out loss that rises while it falls is memorising).
     """
     was_training = model.training
     model.eval()
@@ -150,9 +152,12 @@ def evaluate(model, held_out, floor: float, floor_se: float = math.nan,
         n = held_out.size(0) if generation_sequences is None else min(generation_sequences, held_out.size(0))
         generation = loss_generation(model, held_out[:n])
         gap = generation - float(per_sequence[:n].double().mean())
+    train_split = None if held_in is None else sequence_losses(model, held_in).mean().item()
     model.train(was_training)
     metrics = {K.EVAL_LOSS_AS_TRAINED: as_trained, K.EVAL_LOSS_GENERATION: generation,
                K.EVAL_GAP: gap, K.EVAL_LOSS_SE: as_trained_se}
+    if train_split is not None:
+        metrics[K.EVAL_LOSS_TRAIN_SPLIT] = train_split
     if not math.isnan(floor):
         metrics[K.EVAL_FLOOR] = floor
         metrics[K.EVAL_BELOW_FLOOR] = floor - as_trained

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.effects import Place
+from andrea_exp.report.repeats import data_warnings, epochs_text, train_tokens_text
 from andrea_exp.report.runs import Run, load_runs
 from andrea_exp.report.screen_figures import (
     curve_panels,
@@ -125,6 +126,8 @@ def conditions_rows(large: list[Run], small: list[Run]) -> list[list[str]]:
     rows.append(["seeds", shared(large, "seed"), shared(small, "seed")])
     rows.append(["parameters (d_k 64)", params(large), params(small)])
     rows.append(["tokens seen", tokens(large), tokens(small)])
+    rows.append(["training tokens (data/train_tokens)", train_tokens_text(large), train_tokens_text(small)])
+    rows.append(["passes over them (data/epochs)", epochs_text(large), epochs_text(small)])
     for ref in (mk.DATA_UNIGRAM_XENT, mk.DATA_BIGRAM_XENT):
         rows.append([ref, mean_text(large, ref), mean_text(small, ref)])
     return rows
@@ -214,6 +217,7 @@ def render(large: list[Run], small: list[Run], steps: list[Run] = (), lrs: list[
         "",
         md_table(["setting", "ANDREA-120M", "small"], conditions_rows(large, small)),
         "",
+        *[line for w in data_warnings(large + small) for line in (f"- WARNING: {w}", "")],
         "## Verdicts",
         "",
         md_table(["statement", "", "ANDREA-120M", "small"], verdict_rows(big, little)),

@@ -9,11 +9,12 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp.report.cells import Cell
+from andrea_exp.report.cells import INIT_ONLY, Cell
 from andrea_exp.report.claims.common import ClaimResult
 from andrea_exp.report.effects import THRESHOLDS, References, best_lr_cells, loss_or_l0, progress_of
+from andrea_exp.report.repeats import data_warnings
 from andrea_exp.report.screen_figures import SCALE_LABEL, dks, grid_cells, pick_cell
-from andrea_exp.report.seeds import MIN_STEPS, is_short
+from andrea_exp.report.seeds import MIN_STEPS, distinct_cells, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import (
@@ -99,6 +100,7 @@ def data_box(c: Cells, cells: list[Cell]) -> tuple[str, list[str]]:
     short = {id(r) for x in cells for r in x.runs if is_short(r)}
     if short:
         warnings.append(f"{len(short)} runs are shorter than {MIN_STEPS} steps: too short to judge training")
+    warnings += data_warnings([r for x in distinct_cells(cells) for r in x.runs if x.kind != INIT_ONLY])
     return table, warnings
 
 

@@ -38,7 +38,10 @@ from andrea_exp.report.effects import (
     threshold,
     twins,
 )
+from andrea_exp.report.leak_growth import with_growth
+from andrea_exp.report.memorisation import beside_training_loss
 from andrea_exp.report.seeds import distinct_cells, per_seed
+from andrea_exp.report.set_aside import verdict_with_aside
 from andrea_exp.report.stats import sort_key
 from andrea_exp.runs import metric_keys as mk
 
@@ -247,21 +250,24 @@ def c4_stall(c: Cells) -> tuple[Statement, list[str]]:
         prog = progress_of(c.ref(unscaled))
         behind = Effect("scaled - unscaled progress", paired_values(scaled, unscaled, prog, prog, lambda a, b: a - b),
                         low=0.0)  # the stall is the divisor's doing only where the scaled twin got further
-        places.append(Place(where(unscaled, lr=lr_text(unscaled)),
-                            Effect("unscaled progress", per_seed(unscaled, prog), high=threshold("STALL")), [behind]))
+        place = Place(where(unscaled, lr=lr_text(unscaled)),
+                      Effect("unscaled progress", per_seed(unscaled, prog), high=threshold("STALL")), [behind])
+        places.append(beside_training_loss(place, c.ref(unscaled).progress, unscaled, scaled))
     for cell, edge in best_lr_cells(c.lr_sweep):
         if cell.get("model.scale") != "none" or cell.get("model.qk_layernorm") is True:
             continue
         prog = progress_of(c.ref(cell))
-        places.append(Place(where(cell, lr=f"best {lr_text(cell)}"),
-                            Effect("unscaled progress at its best LR", per_seed(cell, prog), high=threshold("STALL"))))
+        place = Place(where(cell, lr=f"best {lr_text(cell)}"),
+                      Effect("unscaled progress at its best LR", per_seed(cell, prog), high=threshold("STALL")))
+        places.append(beside_training_loss(place, c.ref(cell).progress, cell))
         if edge:
             warnings.append(f"best LR of unscaled d_k {cell.get('model.d_k')} ({lr_text(cell)}) is at the edge of "
                             "the swept range")
     places = dedupe(places)
     head = next((p for p in reversed(places) if str(p.where.get("lr", "")).startswith("best")), pick(places))
     return Statement("C4b", "without the divisor training stalls", places, head,
-                     "progress 0.25 (0 = bigram level, 1 = reference)"), warnings
+                     "progress 0.25 (0 = bigram level, 1 = reference)",
+                     fixed_verdict=verdict_with_aside(places, alone=NOT_MEASURED)), warnings
 
 
 def c5_unit_scale(c: Cells) -> Statement:
@@ -295,13 +301,14 @@ def c5_proceeds(c: Cells) -> Statement:
             continue
         prog = progress_of(c.ref(cell))
         lr = lr_text(cell) + ("" if cell.kind == LR_SWEEP else " (grid)")
-        places.append(Place(where(cell, lr=lr),
-                            Effect("scaled progress", per_seed(cell, prog), low=threshold("PROCEED"))))
+        place = Place(where(cell, lr=lr), Effect("scaled progress", per_seed(cell, prog), low=threshold("PROCEED")))
+        places.append(beside_training_loss(place, c.ref(cell).progress, cell))
     places = dedupe(places)
     head = next((p for p in places if "grid" in str(p.where.get("lr")) and p.where.get("d_k") == max_dk(places)),
                 pick(places))
     return Statement("C5b", "with the divisor training proceeds at every d_k", places, head,
-                     "progress 0.5 (0 = bigram level, 1 = reference)")
+                     "progress 0.5 (0 = bigram level, 1 = reference)",
+                     fixed_verdict=verdict_with_aside(places, alone=NOT_MEASURED))
 
 
 def c7_leak(c: Cells) -> Statement:
@@ -326,12 +333,13 @@ def c7_leak(c: Cells) -> Statement:
         extra = {"scale": open_.get("model.scale")}
         if len({x.experiment for x in c.training}) > 1:
             extra["exp"] = open_.experiment
-        places.append(Place(where(open_, **extra), leak, also, shown))
+        places.append(with_growth(Place(where(open_, **extra), leak, also, shown), causal, open_))
     places = dedupe(places)
     head = max((p for p in places), key=lambda p: (p.effect.stat.mean if p.effect.stat.n else -math.inf),
                default=None)
     return Statement("C7", "without the mask a shortcut is learned and fails at generation", places, head,
-                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level")
+                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level",
+                     fixed_verdict=verdict_with_aside(places))
 
 
 def c9_flat(c: Cells) -> Statement:

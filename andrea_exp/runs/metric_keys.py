@@ -52,6 +52,7 @@ EVAL_FLOOR = "eval/floor"
 EVAL_FLOOR_SE = "eval/floor_se"
 EVAL_BELOW_FLOOR = "eval/below_floor"
 EVAL_LOSS_SE = "eval/loss_se"
+EVAL_LOSS_TRAIN_SPLIT = "eval/loss_train_split"
 EVAL_SAMPLE = "eval/sample"
 EVAL_SAMPLE_TEXT = "eval/sample_text"
 BEST_EVAL_LOSS = "best/eval/loss_as_trained"
@@ -87,6 +88,8 @@ MODEL_PARAMS = "model/params"
 DATA_LOG_VOCAB = "data/log_vocab"
 DATA_UNIGRAM_XENT = "data/unigram_xent"
 DATA_BIGRAM_XENT = "data/bigram_xent"
+DATA_TRAIN_TOKENS = "data/train_tokens"
+DATA_EPOCHS = "data/epochs"
 SYSTEM_GPU = "system/gpu"
 SYSTEM_TORCH = "system/torch"
 SYSTEM_CUDA = "system/cuda"
@@ -129,6 +132,9 @@ METRICS: tuple[Metric, ...] = (
     _m(EVAL_BELOW_FLOOR, "floor - loss_as_trained: positive only when the model reads the future"),
     _m(EVAL_LOSS_SE, "standard error of eval/loss_as_trained over the held-out windows (std of per-window means / "
                      "sqrt(windows))"),
+    _m(EVAL_LOSS_TRAIN_SPLIT, "teacher-forced loss with the model's own mask on a fixed set of training windows, as "
+                              "many as the held-out ones: beside eval/loss_as_trained it tells memorising from "
+                              "stalling"),
     _m(PROBE_LOSS, "loss of the fixed probe batch, float32, explicit attention path"),
     _m(ATTN_ENTROPY, "entropy of the attention rows (nats), mean over layers, heads and rows", True),
     _m(ATTN_ENTROPY_NORM, "row entropy / log(number of visible keys): 1 uniform, 0 one-hot", True),
@@ -169,6 +175,9 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
                           "loss of a model that learned only frequencies"),
     _m(DATA_BIGRAM_XENT, "held-out cross-entropy under Witten-Bell smoothed pair counts of the training split: "
                          "about the loss of a model that uses only the previous token (no working attention)"),
+    _m(DATA_TRAIN_TOKENS, "target tokens of the training split the batches draw from (training windows x T)"),
+    _m(DATA_EPOCHS, "passes over the training split: tokens seen / data/train_tokens; above 1 the run saw some "
+                    "windows again"),
     _m(SYSTEM_GPU, "GPU name, or cpu"),
     _m(SYSTEM_TORCH, "torch version"),
     _m(SYSTEM_CUDA, "CUDA version torch was built with (null on a CPU build)"),

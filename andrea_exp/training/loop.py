@@ -28,6 +28,7 @@ import torch
 from omegaconf import OmegaConf
 
 from andrea_exp.config.schema import ModelSchema
+from andrea_exp.data.epochs import epochs, repeat_line
 from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
 from andrea_exp.instruments.evaluate import evaluate, generate
@@ -289,7 +290,7 @@ def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime, s: 
     """Held-out evaluation at st.step (rank 0 only), logged; the best value follows the held-out loss."""
     with rt.autocast():
         metrics = evaluate(model, data.eval.tokens, data.floor, data.floor_standard_error,
-                           generation_sequences=s.generation_sequences)
+                           generation_sequences=s.generation_sequences, held_in=data.held_in())
     if metrics[K.EVAL_LOSS_AS_TRAINED] < st.best_eval:
         st.best_eval, st.best_step = metrics[K.EVAL_LOSS_AS_TRAINED], st.step
     log(tracker, st, metrics, st.step)
@@ -327,6 +328,11 @@ def reference_record(data) -> dict:
     return {K.DATA_UNIGRAM_XENT: refs.get("unigram"), K.DATA_BIGRAM_XENT: refs.get("bigram")} if refs else {}
 
 
+def epochs_record(data, steps: int, tokens_per_step: int) -> dict:
+    """Passes over the training split so far (andrea_exp.data.epochs), for the summary."""
+    return {K.DATA_TRAIN_TOKENS: data.train_tokens, K.DATA_EPOCHS: epochs(steps * tokens_per_step, data.train_tokens)}
+
+
 def sample_record(cfg, model, data, rt: Runtime) -> dict:
     """Tokens generated from a held-out prompt, as ids and, for text data, decoded."""
     prompt = data.eval.tokens[:1, : min(8, data.eval.tokens.size(1))]
@@ -350,6 +356,9 @@ def train(cfg, run_dir: Path) -> dict:
     model = build_model(cfg, data.vocab_size).to(rt.device)
     if rt.is_main:
         print(describe_model(cfg, model, rt.device), flush=True)
+        repeat = repeat_line(s.max_steps, s.tokens_per_step, data.train_tokens)
+        if repeat:
+            print(repeat, flush=True)
     optimizer, scheduler = build_optimizer(model, cfg, rt.device)
     local_bs = local_batch_size(cfg.train.batch_size, rt.world_size)
     ckpt_dir, settings = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(cfg)
@@ -413,6 +422,7 @@ def train(cfg, run_dir: Path) -> dict:
             clock.loop_end()
         summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: clock.loop_s,
                    **run_facts(rt, model, data.vocab_size), **reference_record(data),
+                   **epochs_record(data, st.step, s.tokens_per_step),
                    **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
