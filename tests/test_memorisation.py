@@ -1,0 +1,134 @@
+"""Memorising told from stalling, on hand-made runs: the per-run rule at its edges, C4b and C5b with a run whose
+held-out loss rises while its training-split loss falls (memorised: set aside by name, never a stall) and with
+one that plateaus on both (a stall), and the data box's lines."""
+
+from __future__ import annotations
+
+import pytest
+from test_report_effects import cells_of, make_run, spread
+
+from andrea_exp.report import verdicts
+from andrea_exp.report.effects import HOLDS, NOT_MEASURED, Effect, Place
+from andrea_exp.report.memorisation import MEMORISED, is_memorised, memorisation, without_memorised
+from andrea_exp.report.repeats import data_warnings, epochs_text
+from andrea_exp.report.set_aside import SetAside, verdict_with_aside
+from andrea_exp.runs import metric_keys as mk
+
+SE = 0.02
+
+
+def evals(held: list[float], train: list[float], se: float = SE, steps=(250, 500)) -> dict:
+    """Evaluation records: held-out loss, its SE and the training-split loss at each step."""
+    return {s: {mk.EVAL_LOSS_AS_TRAINED: h, mk.EVAL_LOSS_SE: se, mk.EVAL_LOSS_TRAIN_SPLIT: t}
+            for s, h, t in zip(steps, held, train)}
+
+
+def run_with(held, train, seed=0, **kw):
+    return make_run(seed, final=held[-1], probes=evals(held, train), **kw)
+
+
+# ---------------------------------------------------------------- the rule, per run
+
+
+def test_a_held_out_rise_of_3_se_while_training_falls_is_memorised():
+    found = memorisation(run_with([3.0, 3.0 + 3 * SE], [2.8, 2.0]))
+    assert (found.best_step, found.last_step) == (250, 500)
+    assert found.rise == pytest.approx(0.06) and found.memorised
+
+
+def test_less_than_3_se_or_a_training_loss_that_did_not_fall_is_not_memorised():
+    assert not is_memorised(run_with([3.0, 3.0 + 2.9 * SE], [2.8, 2.0]))  # rose, but by 2.9 SE
+    assert not is_memorised(run_with([3.0, 3.5], [2.8, 2.8]))  # training flat: not memorising
+    assert not is_memorised(run_with([3.0, 3.5], [2.8, 3.1]))  # both rose: unstable, not memorising
+
+
+def test_the_best_is_the_lowest_held_out_loss_whenever_it_came():
+    found = memorisation(make_run(final=2.6, probes=evals([2.9, 2.5, 2.6], [2.9, 2.4, 2.1], steps=(100, 200, 300))))
+    assert found.best_step == 200 and found.train_at_best == 2.4 and found.memorised  # 0.1 = 5 SE above step 200
+
+
+def test_a_run_without_the_training_split_loss_is_not_measured():
+    old = make_run(final=3.5, probes={250: {mk.EVAL_LOSS_AS_TRAINED: 3.0, mk.EVAL_LOSS_SE: SE},
+                                      500: {mk.EVAL_LOSS_AS_TRAINED: 3.5, mk.EVAL_LOSS_SE: SE}})
+    assert memorisation(old) is None and not is_memorised(old)
+
+
+def test_without_memorised_drops_the_seeds_and_names_them():
+    place = Place({"d_k": 64}, Effect("p", {0: 0.1, 1: 0.2, 2: 0.15}, high=0.25))
+    cell = cells_of([run_with([3.0, 3.5], [2.8, 2.0], seed=1), run_with([3.0, 3.0], [2.8, 2.8], seed=0)]
+                    ).training[0]
+    kept = without_memorised(place, cell)
+    assert kept.effect.values == {0: 0.1, 2: 0.15} and kept.where["memorised"] == "seed 1"
+    assert not isinstance(kept, SetAside)
+
+
+# ---------------------------------------------------------------- C4b and C5b
+
+
+def twins(unscaled_held, unscaled_train, scaled_final=2.0, d_k=64):
+    """3 seeds of a scaled and an unscaled causal cell (text data: progress 0 at the bigram level 2.5, 1 at the
+    best causal loss): the scaled cell trains well, the unscaled one follows the given curves (+- 0.01 per seed)."""
+    runs = []
+    for seed in range(3):
+        runs.append(run_with([scaled_final + 0.1, spread(scaled_final, seed)], [2.2, 1.9], seed, d_k=d_k))
+        held = [spread(v, seed) for v in unscaled_held]
+        runs.append(run_with(held, unscaled_train, seed, scale="none", d_k=d_k))
+    return runs
+
+
+def test_c4b_a_memorised_unscaled_cell_is_named_and_not_a_stall():
+    # held-out 3.0 -> 3.3 (15 SE up) while the training split falls 2.8 -> 2.0: progress -1.6 reads as a stall
+    stmt, _ = verdicts.c4_stall(cells_of(twins([3.0, 3.3], [2.8, 2.0])))
+    (place,) = stmt.places
+    assert isinstance(place, SetAside) and place.decision == MEMORISED
+    assert place.effect.decision == HOLDS  # what the held-out loss alone would say: a stall
+    verdict, condition = stmt.verdict
+    assert verdict == NOT_MEASURED and verdict != HOLDS
+    assert condition == f"{MEMORISED} at d_k 64 (lr 0.003 memorised seed 0, 1, 2)"
+
+
+def test_c4b_a_cell_that_plateaus_on_both_losses_is_a_stall():
+    stmt, _ = verdicts.c4_stall(cells_of(twins([2.45, 2.45], [2.45, 2.45])))
+    (place,) = stmt.places
+    assert not isinstance(place, SetAside) and "memorised" not in place.where
+    assert place.decision == HOLDS and stmt.verdict[0] == HOLDS
+    (train,) = place.shown  # the training split read beside the held-out loss
+    assert train.name == "progress on the training split" and train.stat.mean == pytest.approx(0.1)
+
+
+def test_c5b_a_memorised_scaled_cell_is_named_not_failed():
+    runs = [run_with([3.0, spread(3.3, s)], [2.5, 1.5], s, d_k=256) for s in range(3)]
+    runs += [run_with([2.2, spread(2.0, s)], [2.2, 1.9], s, d_k=64) for s in range(3)]
+    stmt = verdicts.c5_proceeds(cells_of(runs))
+    decisions = {p.where["d_k"]: p.decision for p in stmt.places}
+    assert decisions == {64: HOLDS, 256: MEMORISED}
+    assert stmt.verdict == ("holds where", f"d_k 64 (lr 0.003 (grid)); {MEMORISED} at d_k 256 (lr 0.003 (grid) "
+                                           "memorised seed 0, 1, 2)")
+
+
+def test_verdict_with_aside_leaves_a_statement_without_set_aside_places_alone():
+    assert verdict_with_aside([Place({"d_k": 64}, Effect("p", {0: 1.0}, low=0.5))]) is None
+
+
+# ---------------------------------------------------------------- the data box
+
+
+def test_the_data_box_names_runs_that_repeated_or_memorised():
+    repeated = make_run(0, final=2.0)
+    repeated.summary[mk.DATA_EPOCHS] = 6.02
+    once = make_run(1, final=2.0)
+    once.summary[mk.DATA_EPOCHS] = 0.98
+    memorised = run_with([3.0, 3.3], [2.8, 2.0], seed=2)
+    memorised.summary[mk.DATA_EPOCHS] = 0.5
+    lines = data_warnings([repeated, once, memorised], label=lambda r: f"seed {r.seed}")
+    assert lines[0] == ("1 of 3 runs passed over their training data more than once (data/epochs > 1; their "
+                        "held-out losses may read memorising as stalling): seed 0: 6.02 epochs")
+    assert lines[1].startswith("1 runs memorised their training data") and "seed 2: held-out 3.000 (step 250) -> " \
+        "3.300 (step 500), +15.0 SE; training split 2.800 -> 2.000" in lines[1]
+    assert epochs_text([repeated, once]) == "6.02 at most; 1 of 2 runs above 1"
+    assert epochs_text([once]) == "0.98 at most; no run above 1"
+
+
+def test_runs_that_do_not_record_epochs_are_counted_as_unknown():
+    (line,) = data_warnings([make_run(0, final=2.0)], label=str)
+    assert line == "1 runs do not record data/epochs: whether they repeated their data is unknown"
