@@ -96,10 +96,22 @@ def without_memorised(place: Place, *cells: Cell) -> Place:
         return place
     keep = lambda e: Effect(e.name, {s: v for s, v in e.values.items() if s not in seeds}, e.low, e.high)  # noqa: E731
     effect, also = keep(place.effect), [keep(e) for e in place.also]
-    where = {**place.where, "memorised": "seed " + ", ".join(map(str, sorted(seeds, key=str)))}
     if not effect.values:
-        return SetAside(where, place.effect, place.also, place.shown, reason=MEMORISED)
-    return Place(where, effect, also, place.shown)
+        return SetAside(place.where, place.effect, place.also, place.shown, reason=MEMORISED)
+    return Place({**place.where, "memorised": seeds_text(seeds)}, effect, also, place.shown)
+
+
+def seeds_text(seeds) -> str:
+    return "seed " + ", ".join(map(str, sorted(seeds, key=str)))
+
+
+def drop_memorised(where: dict, values: dict, *cells: Cell) -> tuple[dict, dict]:
+    """The per-check claims' form (claims.c4, claims.c5): seed -> value without the seeds that memorised in any
+    of the cells, and `where` naming them."""
+    seeds = memorised_seeds(*cells)
+    if not seeds:
+        return where, values
+    return {**where, "memorised": seeds_text(seeds)}, {s: v for s, v in values.items() if s not in seeds}
 
 
 def beside_training_loss(place: Place, progress, cell: Cell, *twins: Cell) -> Place:

@@ -19,6 +19,7 @@ from andrea_exp.report.claims.common import (
     scale_pairs,
     trained,
 )
+from andrea_exp.report.memorisation import drop_memorised
 from andrea_exp.report.rules import Check, verdict
 from andrea_exp.report.seeds import paired, seed_check
 from andrea_exp.report.stats import sort_key, stat
@@ -68,6 +69,7 @@ STALL_PART = "training stalls"
 def stall_check(where: dict, scaled: Cell, unscaled: Cell, vote: bool) -> Check | None:
     """Per seed: unscaled progress - STALL_RATIO x the scaled twin's progress < 0."""
     values = paired(unscaled, scaled, run_progress, run_progress, lambda u, s: u - STALL_RATIO * s)
+    where, values = drop_memorised(where, values, unscaled, scaled)  # a memorised seed is never a stall
     return seed_check(where, values, lambda v: v < 0, f"progress unscaled - {STALL_RATIO} x scaled < 0",
                       lambda m: -m, scaled.runs + unscaled.runs, vote=vote)
 

@@ -18,6 +18,7 @@ from andrea_exp.report.claims.common import (
     run_progress,
     trained,
 )
+from andrea_exp.report.memorisation import drop_memorised
 from andrea_exp.report.rules import Check, verdict
 from andrea_exp.report.seeds import per_seed, seed_check, window_mean
 from andrea_exp.report.study import Study
@@ -78,7 +79,8 @@ def claim(study: Study) -> ClaimResult:
                             lambda v: v < PEAKED_MAX_PROB, f"max prob < {PEAKED_MAX_PROB}",
                             lambda m: PEAKED_MAX_PROB - m, runs)]
         if trained(cell):
-            found.append(seed_check({"part": "training proceeds", **ctx}, per_seed(cell, run_progress),
+            where, values = drop_memorised({"part": "training proceeds", **ctx}, per_seed(cell, run_progress), cell)
+            found.append(seed_check(where, values,
                                     lambda v: v >= PROCEEDS_PROGRESS,
                                     f"progress >= {PROCEEDS_PROGRESS} (0 when not finished)",
                                     lambda m: m - PROCEEDS_PROGRESS, runs))
