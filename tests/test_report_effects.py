@@ -1,5 +1,6 @@
 """The report's verdict engine on hand-made runs: effect decisions on 95% t intervals, references and progress
-(bigram level 0, floor or reference run 1; never a judged cell), C3 / C4b / C7 places both ways on data with and without a
+(bigram level 0, floor or reference run 1; never a judged cell),
+C3 / C4b / C7 places both ways on data with and without a
 floor, summarise's three wordings, and the first screen (at most 60 lines, one row per statement)."""
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ def test_c4b_stall_means_the_same_with_and_without_a_floor(data, scaled, stalled
     assert place.decision == (HOLDS if stalls else FAILS)
     assert place_at(stmt.places, d_k=64).decision == FAILS  # the unscaled d_k 64 trains
     if stalls:
-        assert stmt.verdict == (CONDITIONAL, "at 1 of 2 places: d_k 4096 (lr 0.003); does not hold at d_k 64 (lr 0.003)")
+        assert stmt.verdict == (CONDITIONAL,
+                                "at 1 of 2 places: d_k 4096 (lr 0.003); does not hold at d_k 64 (lr 0.003)")
     else:
         assert stmt.verdict == (FAILS, "at every place measured (d_k 64, 4096 (lr 0.003))")
 
