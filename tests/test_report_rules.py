@@ -11,6 +11,7 @@ import pytest
 from andrea_exp.report import bestlr, growth, static
 from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
+from andrea_exp.report.effects import references
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
 from andrea_exp.report.rules import progress
 from andrea_exp.report.runs import Run
@@ -377,7 +378,8 @@ def test_lr_sensitivity_of_the_extras_by_hand(tmp_path):
         cells[lr] = Cell({"train.lr": lr}, runs, "extras", LR_SWEEP)
     # seed 0: l* 1.5; (0.5 + 0 + 2.5) / 3 = 1.0. seed 1: l* 1.6; (0.6 + 0 + 2.4) / 3 = 1.0
     assert growth.sensitivity(cells).mean == pytest.approx(1.0)
-    assert [lr for lr, c in cells.items() if growth.trains(c)] == [1e-3, 1e-2]  # progress 0.67.., diverged: no
+    refs = references(list(cells.values()))  # no bigram recorded: 0 at l_0 4, 1 at the floor 1
+    assert [lr for lr, c in cells.items() if growth.trains(c, refs)] == [1e-3, 1e-2]  # progress 0.67.., diverged: no
     text = growth.growth_section(list(cells.values()), tmp_path / "figures" / "g.png")
     assert "| 64 | scale=sqrt ln=False | 0.01 |" in text
     assert "not measured" in growth.growth_section([], tmp_path / "g.png")
@@ -402,13 +404,13 @@ def test_extras_sensitivity_is_compared_over_the_lrs_every_row_ran(tmp_path):
     assert growth.sensitivity(by_lr, [1e-2, 1e-1]).mean == pytest.approx((0 + 1) / 2)  # shared LRs: l* = 2.0
     text = growth.growth_section(cells, tmp_path / "figures" / "g.png")
     assert "0.5 ± 0 (n=2" in text and "over lr 0.01, 0.1" in text
-    assert "no LR trains" not in text  # every row has an LR with progress >= 0.5
+    assert "never trains" not in text  # every row has an LR with progress >= 0.5
 
 
 def test_extras_row_where_no_lr_trains_is_flagged(tmp_path):
     cells = [extras_cell(1e-2, "none", (3.9, 3.9)), extras_cell(1e-1, "none", (None, None))]
     text = growth.growth_section(cells, tmp_path / "figures" / "g.png")
-    assert "| none |" in text and "(no LR trains: not comparable)" in text
+    assert "| none |" in text and "never trains: not ranked" in text
 
 
 def test_growth_table_reads_max_logit_spectral_norm_and_entropy_over_training(tmp_path):

@@ -8,8 +8,18 @@ from __future__ import annotations
 import pytest
 from test_report_effects import cells_of, make_run, place_at, reference_runs, spread
 
+from andrea_exp.report import growth, lr
+from andrea_exp.report.cells import LR_SWEEP, Cell
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9
-from andrea_exp.report.effects import BY_CONSTRUCTION, FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, log10_ratio
+from andrea_exp.report.effects import (
+    BY_CONSTRUCTION,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    log10_ratio,
+    references,
+)
 from andrea_exp.report.verdicts import CONDITIONAL
 from andrea_exp.runs import metric_keys as mk
 
@@ -201,3 +211,41 @@ def test_holds_where_counts_the_places():
                 100: {mk.GRAD_SCORES_ROW_P50: 1e-2}, 1000: {mk.GRAD_SCORES_ROW_P50: 1e-2}}))
     assert c9.c9_flat(cells_of(runs)).verdict == (
         CONDITIONAL, "at 1 of 3 places: d_k 64->4096 (phase init); does not hold at phase early, end (d_k 64->4096)")
+
+
+# ------------------------------------------------------------------ one scale for "trains" (logit growth, LR sensitivity)
+def lr_cell(lr, scale, final, name="extras", l0=5.6, d_k=4096):
+    runs = [make_run(s, name=name, lr=lr, scale=scale, d_k=d_k, l0=l0, final=final) for s in SEEDS]
+    return Cell({"train.lr": lr, "model.scale": scale, "model.d_k": d_k}, runs, name, LR_SWEEP)
+
+
+def test_trains_reads_the_verdicts_scale_not_a_floor_of_0(tmp_path):
+    """Text (bigram 2.5): 2.7 at l_0 5.6 closed 52% of the way to 0, yet sits above the bigram level: the
+    attention did nothing, so that LR does not train the cell; 1.6 does."""
+    above, below = lr_cell(6e-2, "inv", 2.7), lr_cell(1.2e-2, "inv", 1.6)
+    refs = references([above, below])
+    assert refs.top is None  # no floor, no reference run: trains means 0.1 below the bigram level
+    assert not growth.trains(above, refs) and growth.trains(below, refs)
+    text = growth.growth_section([above, below], tmp_path / "figures" / "g.png")
+    assert "| 4096 | scale=inv ln=False | 0.012 |" in text  # the largest LR that trains
+    # with a reference run at 1.5 the scale has a top: 1.6 is progress 0.9, 2.7 is below 0
+    refs = references([above, below], reference_runs(1.5))
+    assert refs.top_name == "reference run" and growth.trains(below, refs) and not growth.trains(above, refs)
+
+
+def test_lr_sensitivity_compares_settings_over_one_lr_set_and_marks_one_that_never_trains(tmp_path):
+    lrs6 = (1e-4, 5e-4, 2.5e-3, 1.2e-2, 6e-2, 3e-1)
+    sqrt = [lr_cell(x, "sqrt", f, name="lr_sensitivity") for x, f in zip(lrs6, (1.9, 1.7, 1.8, 2.5, 3.2, 4.0))]
+    inv = [lr_cell(x, "inv", f, name="lr_sensitivity") for x, f in zip(lrs6[2:], (1.7, 1.75, 2.8, 3.3))]
+    dead = [lr_cell(x, "none", f, name="lr_sensitivity") for x, f in zip(lrs6[2:], (3.0, 3.1, 3.2, 3.3))]
+    curves = {next(t for t in c.context.split() if t.startswith("scale=")): c
+              for c in lr.lr_curves(sqrt + inv + dead, {})}
+    # over the 4 LRs all three ran: sqrt's l* is 1.8 there, (0 + 0.7 + 1.4 + 2.2) / 4 = 1.075
+    assert curves["scale=sqrt"].over == list(lrs6[2:])
+    assert curves["scale=sqrt"].sensitivity.mean == pytest.approx((0 + 0.7 + 1.4 + 2.2) / 4)
+    assert curves["scale=inv"].sensitivity.mean == pytest.approx((0 + 0.05 + 1.1 + 1.6) / 4)
+    assert curves["scale=none"].trains_at == []  # every loss above the bigram level (2.5) - 0.1
+    text = lr.lr_section(sqrt + inv + dead, tmp_path / "figures" / "lr.png", {})
+    (row,) = [line for line in text.splitlines() if "scale=none" in line]
+    assert "never trains: not ranked" in row
+    assert "Compared over lr 0.0025, 0.012, 0.06, 0.3" in text

@@ -24,7 +24,7 @@ from andrea_exp.report.bestlr import final_loss, lr_groups
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.reference import matching
 from andrea_exp.report.runs import Run
-from andrea_exp.report.seeds import EARLY_WINDOW, paired, window_mean
+from andrea_exp.report.seeds import EARLY_WINDOW, paired, seed_vote, window_mean
 from andrea_exp.report.stats import Stat, stat
 from andrea_exp.runs import metric_keys as mk
 
@@ -222,6 +222,26 @@ def references(cells: list[Cell], reference_runs: list[Run] = ()) -> References:
                       mean_of(runs, mk.DATA_UNIGRAM_XENT), mean_of(runs, mk.DATA_BIGRAM_XENT),
                       mean_of(runs, mk.DATA_LOG_VOCAB), ref.mean if ref.n else None, l0.mean if l0.n else None,
                       ref_runs)
+
+
+def trains(runs: list[Run], refs: References) -> bool:
+    """Whether an LR trains a cell, on the verdicts' scale: >= 2/3 of its seeds finish with progress >= PROCEED
+    (half way from the bigram level to the floor or reference run); where progress is not measured (no floor,
+    no reference run), ending TRAINED below the bigram level, as C7's twins."""
+    below = trained_below_bigram(refs)
+    def ok(run: Run) -> bool:
+        if run.status != "finished":
+            return False
+        if refs.top is None:
+            return below(run)
+        prog = refs.progress(loss_or_l0(run))
+        return prog is not None and prog >= threshold("PROCEED")
+    return seed_vote(ok(r) for r in runs)
+
+
+def trains_rule(refs: References) -> str:
+    return (f"progress >= {threshold('PROCEED'):g}" if refs.top is not None
+            else f"held-out loss {threshold('TRAINED'):g} below the bigram level (no floor, no reference run)")
 
 
 def trained_below_bigram(refs: References) -> Callable[[Run], bool]:

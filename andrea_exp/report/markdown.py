@@ -225,8 +225,8 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
     cells = Cells.of(study.cells, reference_runs)
     with figures.drawn_in_parallel():
         results = all_evidence(study)
-        lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
-        growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"))
+        lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"), cells.refs)
+        growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"), cells.refs)
         maps = copy_attention_maps(study.cells, out)
         figs = all_figures(cells, out / "figures")
     stmts, screen_notes = statements(cells)
