@@ -11,8 +11,8 @@ import pytest
 from andrea_exp.report import bestlr, growth, static
 from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
-from andrea_exp.report.effects import references
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
+from andrea_exp.report.effects import references
 from andrea_exp.report.rules import progress
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import distinct_cells, paired, seed_check, seed_vote, seeds_needed, window_mean
