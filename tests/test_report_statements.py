@@ -213,7 +213,7 @@ def test_holds_where_counts_the_places():
         CONDITIONAL, "at 1 of 3 places: d_k 64->4096 (phase init); does not hold at phase early, end (d_k 64->4096)")
 
 
-# ------------------------------------------------------------------ one scale for "trains" (logit growth, LR sensitivity)
+# ------------------------------------------------------------------ one scale for "trains" (growth, LR sensitivity)
 def lr_cell(lr, scale, final, name="extras", l0=5.6, d_k=4096):
     runs = [make_run(s, name=name, lr=lr, scale=scale, d_k=d_k, l0=l0, final=final) for s in SEEDS]
     return Cell({"train.lr": lr, "model.scale": scale, "model.d_k": d_k}, runs, name, LR_SWEEP)
