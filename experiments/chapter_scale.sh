@@ -6,6 +6,8 @@
 #   experiments/chapter_scale.sh runs         # the preset's 24 runs (d_k 64, 256), one after another
 #   experiments/chapter_scale.sh runs4096     # d_k 4096 (bilinear), causal, scale on/off, 3 seeds
 #   experiments/chapter_scale.sh small        # claims_grid on the same tokens, 3 seeds, cells side by side
+#   experiments/chapter_scale.sh reference    # per model, the scaled causal d_k 64 cell trained longer with
+#                                             # report_role=reference: progress 1 on tokens without a known floor
 #   experiments/chapter_scale.sh report       # the calibration table and "At the chapter's scale" into $RESULTS
 # With no stage: every stage in that order. Resumable stage by stage, across sessions (carry $SWEEPS along):
 # a stage that ended with every cell finished (or diverged) leaves $SWEEPS/NAME.done holding its command and
@@ -23,7 +25,7 @@ TOKENS=${TOKENS:-corpora/chapter_bpe8k}
 py=${PYTHON:-python3}
 # shellcheck disable=SC2206
 EXTRA_ARGS=(${EXTRA:-})
-STAGES="prepare calibrate runs runs4096 small report"
+STAGES="prepare calibrate runs runs4096 small reference report"
 for name in "$@"; do
   case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
 done
@@ -72,6 +74,11 @@ for name in "$@"; do
     runs4096) sweep runs4096 experiment=claims_120m model.d_k=4096 model.causal=true ;;
     small) sweep small experiment=claims_grid data=tokens seed=0,1,2 hydra/launcher=local_gpus \
              "cells_per_gpu=${CELLS_PER_GPU:-12}" ;;
+    reference)  # judged nowhere: the report reads them only as progress 1 on their model's data (T tells them apart)
+      sweep reference experiment=claims_120m report_role=reference model.d_k=64 model.scale=true model.causal=true \
+        seed=0,1 train.max_steps=1500 train.eval_every=250 name=claims_120m_reference
+      sweep reference_small experiment=claims_grid data=tokens report_role=reference model.d_k=64 model.scale=true \
+        model.causal=true seed=0,1 train.max_steps=3000 name=claims_grid_reference ;;
     report) $py -m andrea_exp.report.scale "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"} ;;
   esac
 done

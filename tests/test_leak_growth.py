@@ -9,8 +9,8 @@ import math
 import pytest
 from test_report_effects import cells_of, make_run, spread
 
-from andrea_exp.report import verdicts
-from andrea_exp.report.effects import FAILS, HOLDS
+from andrea_exp.report.claims import c7
+from andrea_exp.report.effects import FAILS, HOLDS, NOT_MEASURED
 from andrea_exp.report.leak_growth import is_growing, last_rise, leak_series, not_reached
 from andrea_exp.report.set_aside import SetAside
 from andrea_exp.runs import metric_keys as mk
@@ -51,7 +51,7 @@ def test_growing_means_a_last_rise_above_one_standard_error_of_a_leak():
 
 def test_c7_a_leak_below_the_threshold_still_growing_is_not_reached_within_n_steps():
     # leak 0.0 at step 250, 0.05 at step 500 (< 0.1): the shortcut is being learned when the run ends
-    stmt = verdicts.c7_leak(cells_of(pairs([2.2, 1.95])))
+    stmt = c7.c7_leak(cells_of(pairs([2.2, 1.95])))
     (place,) = stmt.places
     assert place.effect.decision == FAILS  # what the last value alone says
     assert isinstance(place, SetAside) and place.decision == not_reached(500)
@@ -61,13 +61,25 @@ def test_c7_a_leak_below_the_threshold_still_growing_is_not_reached_within_n_ste
 
 
 def test_c7_a_flat_leak_below_the_threshold_does_not_hold():
-    stmt = verdicts.c7_leak(cells_of(pairs([2.15, 1.95])))  # leak 0.05 at both steps
+    stmt = c7.c7_leak(cells_of(pairs([2.15, 1.95])))  # leak 0.05 at both steps
     (place,) = stmt.places
     assert not isinstance(place, SetAside) and place.decision == FAILS
     assert stmt.verdict[0] == FAILS
 
 
+def test_c7_a_growing_leak_against_a_causal_twin_that_did_not_train_is_not_measured():
+    # leak 0.0 -> 0.07, still growing, but the causal twin ends at 2.45, less than 0.1 below the bigram level
+    # 2.5: the leak has no baseline, so the place is neither "not reached" nor "does not hold"
+    stmt = c7.c7_leak(cells_of(pairs([2.5, 2.38], causal_losses=(2.5, 2.45))))
+    (place,) = stmt.places
+    assert not isinstance(place, SetAside) and place.decision == NOT_MEASURED
+    assert place.unmeasurable == "the causal twin did not train"
+    assert stmt.verdict == (NOT_MEASURED, "the causal twin did not train")
+    (rise,) = place.shown  # the leak's growth is still shown
+    assert rise.stat.mean == pytest.approx(0.07)
+
+
 def test_c7_a_leak_above_the_threshold_holds_even_while_it_grows():
-    stmt = verdicts.c7_leak(cells_of(pairs([2.1, 1.5])))  # leak 0.1 -> 0.5
+    stmt = c7.c7_leak(cells_of(pairs([2.1, 1.5])))  # leak 0.1 -> 0.5
     (place,) = stmt.places
     assert not isinstance(place, SetAside) and place.decision == HOLDS and stmt.verdict[0] == HOLDS

@@ -5,9 +5,9 @@ one that plateaus on both (a stall), and the data box's lines."""
 from __future__ import annotations
 
 import pytest
-from test_report_effects import cells_of, make_run, spread
+from test_report_effects import cells_of, make_run, reference_runs, spread
 
-from andrea_exp.report import verdicts
+from andrea_exp.report.claims import c4, c5
 from andrea_exp.report.effects import HOLDS, NOT_MEASURED, Effect, Place
 from andrea_exp.report.memorisation import MEMORISED, is_memorised, memorisation, without_memorised
 from andrea_exp.report.repeats import data_warnings, epochs_text
@@ -67,18 +67,19 @@ def test_without_memorised_drops_the_seeds_and_names_them():
 
 def twins(unscaled_held, unscaled_train, scaled_final=2.0, d_k=64):
     """3 seeds of a scaled and an unscaled causal cell (text data: progress 0 at the bigram level 2.5, 1 at the
-    best causal loss): the scaled cell trains well, the unscaled one follows the given curves (+- 0.01 per seed)."""
+    reference runs' 2.0): the scaled cell trains well, the unscaled one follows the given curves (+- 0.01 per
+    seed)."""
     runs = []
     for seed in range(3):
         runs.append(run_with([scaled_final + 0.1, spread(scaled_final, seed)], [2.2, 1.9], seed, d_k=d_k))
         held = [spread(v, seed) for v in unscaled_held]
         runs.append(run_with(held, unscaled_train, seed, scale="none", d_k=d_k))
-    return runs
+    return runs + reference_runs(2.0)
 
 
 def test_c4b_a_memorised_unscaled_cell_is_named_and_not_a_stall():
     # held-out 3.0 -> 3.3 (15 SE up) while the training split falls 2.8 -> 2.0: progress -1.6 reads as a stall
-    stmt, _ = verdicts.c4_stall(cells_of(twins([3.0, 3.3], [2.8, 2.0])))
+    stmt = c4.c4_stall(cells_of(twins([3.0, 3.3], [2.8, 2.0])))
     (place,) = stmt.places
     assert isinstance(place, SetAside) and place.decision == MEMORISED
     assert place.effect.decision == HOLDS  # what the held-out loss alone would say: a stall
@@ -88,7 +89,7 @@ def test_c4b_a_memorised_unscaled_cell_is_named_and_not_a_stall():
 
 
 def test_c4b_a_cell_that_plateaus_on_both_losses_is_a_stall():
-    stmt, _ = verdicts.c4_stall(cells_of(twins([2.45, 2.45], [2.45, 2.45])))
+    stmt = c4.c4_stall(cells_of(twins([2.45, 2.45], [2.45, 2.45])))
     (place,) = stmt.places
     assert not isinstance(place, SetAside) and "memorised" not in place.where
     assert place.decision == HOLDS and stmt.verdict[0] == HOLDS
@@ -99,10 +100,20 @@ def test_c4b_a_cell_that_plateaus_on_both_losses_is_a_stall():
 def test_c5b_a_memorised_scaled_cell_is_named_not_failed():
     runs = [run_with([3.0, spread(3.3, s)], [2.5, 1.5], s, d_k=256) for s in range(3)]
     runs += [run_with([2.2, spread(2.0, s)], [2.2, 1.9], s, d_k=64) for s in range(3)]
-    stmt = verdicts.c5_proceeds(cells_of(runs))
+    stmt = c5.c5_proceeds(cells_of(runs + reference_runs(2.0)))
     decisions = {p.where["d_k"]: p.decision for p in stmt.places}
     assert decisions == {64: HOLDS, 256: MEMORISED}
     assert stmt.verdict == ("holds where", f"d_k 64 (lr 0.003 (grid)); {MEMORISED} at d_k 256 (lr 0.003 (grid))")
+
+
+def test_without_a_reference_a_memorised_place_stays_not_measured_not_set_aside():
+    # progress cannot be read without a floor or a reference run: the place does not vote either way
+    runs = [r for r in twins([3.0, 3.3], [2.8, 2.0]) if r.config.get("report_role") != "reference"]
+    stmt = c4.c4_stall(cells_of(runs))
+    (place,) = stmt.places
+    assert not isinstance(place, SetAside) and place.decision == NOT_MEASURED and place.unmeasurable
+    verdict, condition = stmt.verdict
+    assert verdict == NOT_MEASURED and condition.startswith("no reference run")
 
 
 def test_verdict_with_aside_leaves_a_statement_without_set_aside_places_alone():

@@ -12,6 +12,7 @@ seeds are still growing.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from andrea_exp.report.cells import Cell
 from andrea_exp.report.effects import HOLDS, NOT_MEASURED, Effect, Place
@@ -73,7 +74,8 @@ def with_growth(place: Place, causal: Cell, open_: Cell) -> Place:
     found = pairs(causal, open_)
     growing = [is_growing(leak_series(c, o), leak_se(c, o)) for c, o in found.values()]
     measured = [g for g in growing if g is not None]
-    if place.effect.decision in (HOLDS, NOT_MEASURED) or not measured or not seed_vote(measured):
-        return Place(place.where, place.effect, place.also, shown)
+    # a place that cannot measure the leak (its causal twin did not train) stays not measured, never "not reached"
+    if place.unmeasurable or place.effect.decision in (HOLDS, NOT_MEASURED) or not measured or not seed_vote(measured):
+        return replace(place, shown=shown)
     steps = max(leak_series(c, o)[-1][0] for c, o in found.values() if leak_series(c, o))
     return SetAside(place.where, place.effect, place.also, shown, reason=not_reached(steps))

@@ -13,10 +13,10 @@ any fall counts. A run that logged no training-split loss (older runs) is not me
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from andrea_exp.report.cells import Cell
-from andrea_exp.report.effects import Effect, Place
+from andrea_exp.report.effects import NOT_MEASURED, Effect, Place
 from andrea_exp.report.runs import Run
 from andrea_exp.report.set_aside import SetAside
 from andrea_exp.runs import metric_keys as mk
@@ -92,13 +92,13 @@ def without_memorised(place: Place, *cells: Cell) -> Place:
     """The place with every seed that memorised (in any of the cells) out of its deciding effects, those seeds
     named in its `where`; a place left with no seed is set aside as memorised, never counted as a stall."""
     seeds = memorised_seeds(*cells)
-    if not seeds:
+    if not seeds or place.unmeasurable:  # a place that cannot measure the claim does not vote either way
         return place
     keep = lambda e: Effect(e.name, {s: v for s, v in e.values.items() if s not in seeds}, e.low, e.high)  # noqa: E731
     effect, also = keep(place.effect), [keep(e) for e in place.also]
     if not effect.values:
-        return SetAside(place.where, place.effect, place.also, place.shown, reason=MEMORISED)
-    return Place({**place.where, "memorised": seeds_text(seeds)}, effect, also, place.shown)
+        return SetAside(place.where, place.effect, place.also, place.shown, reason=MEMORISED, alone=NOT_MEASURED)
+    return replace(place, where={**place.where, "memorised": seeds_text(seeds)}, effect=effect, also=also)
 
 
 def seeds_text(seeds) -> str:
@@ -119,7 +119,7 @@ def beside_training_loss(place: Place, progress, cell: Cell, *twins: Cell) -> Pl
     held-out progress, and the seeds that memorised (in the cell or its twins) out of the vote (without_memorised)."""
     train = training_split_effect(cell, progress)
     shown = place.shown + ([train] if train is not None else [])
-    return without_memorised(Place(place.where, place.effect, place.also, shown), cell, *twins)
+    return without_memorised(replace(place, shown=shown), cell, *twins)
 
 
 def memorised_runs(runs: list[Run]) -> list[tuple[Run, Memorisation]]:
