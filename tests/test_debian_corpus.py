@@ -157,3 +157,47 @@ def test_the_command_refuses_archive_for_a_corpus_of_documents(tmp_path, capsys)
     assert corpora.main(["debian-docs", str(tmp_path), "--archive", str(tmp_path / "x.tar.gz")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --archive is read only by the corpora of one archive") and err.count("\n") == 1
+
+
+def test_the_command_reads_every_package_of_debian_docs_already_downloaded(tmp_path, capsys):
+    """Offline: a tiny .deb for each real package, at the paths the real ones use, one document each."""
+    into = tmp_path / "corpora"
+    into.mkdir()
+    linux = tar_xz({"linux-source-6.1/Documentation/process/howto.rst": b"How to do kernel work.\n",
+                    "linux-source-6.1/Documentation/translations/ja_JP/howto.rst": b"not English\n"})
+    documents = {
+        "linux-source-6.1": {"usr/src/linux-source-6.1.tar.xz": linux},
+        "python3.11-doc": {"usr/share/doc/python3.11/html/_sources/tutorial/index.rst.txt": b"The tutorial.\n"},
+        "perl-doc": {"usr/share/perl/5.36/pod/perlfunc.pod": b"=head1 NAME\n\nperlfunc\n"},
+        "vim-runtime": {"usr/share/vim/vim90/doc/usr_01.txt": b"About the manuals.\n"},
+        "git-doc": {"usr/share/doc/git-doc/git-commit.txt": b"git-commit(1)\n"},
+        "postgresql-doc-15": {"usr/share/doc/postgresql-doc-15/html/tutorial.html": b"<p>The tutorial.</p>"},
+        "python-django-doc": {"usr/share/doc/python-django-doc/html/intro/index.html": b"<p>Getting started</p>",
+                              "usr/share/doc/python-django-doc/html/_modules/django.html": b"<p>def f(): pass</p>"},
+        "sqlite3-doc": {"usr/share/doc/sqlite3/atomiccommit.html": b"<p>Atomic commit.</p>",
+                        "usr/share/doc/sqlite3/requirements.html": b"<p>R-1 shall.</p>"},
+        "debian-handbook": {"usr/share/doc/debian-handbook/html/en-US/apt.html": b"<p>APT.</p>",
+                            "usr/share/doc/debian-handbook/html/fr-FR/apt.html": b"<p>APT, en francais.</p>"},
+    }
+    for package in corpora.CORPORA["debian-docs"].packages:
+        make_deb(into, package.name, package.version, documents.pop(package.name))
+    assert not documents  # every package of the corpus was built
+    assert corpora.main(["debian-docs", str(into)]) == 0
+    printed = capsys.readouterr().out
+    out = into / "debian-docs"
+    # 23 + 14 + 22 + 19 + 14 bytes of text files, 14 + 16 + 15 + 5 of HTML pages' text (with a final newline)
+    assert printed == (f"[andrea-exp] wrote {out}/: 9 documents, 142 bytes from 9 Debian packages: python -m "
+                       f"andrea_exp.prepare {out} --out {out}-bpe --tokenizer bpe --split documents "
+                       "--val-fraction 0.05\n")
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.txt"))
+    assert names == [
+        "debian-handbook/usr/share/doc/debian-handbook/html/en-US/apt.html.txt",
+        "git-doc/usr/share/doc/git-doc/git-commit.txt",
+        "linux-source-6.1/linux-source-6.1/Documentation/process/howto.rst.txt",
+        "perl-doc/usr/share/perl/5.36/pod/perlfunc.pod.txt",
+        "postgresql-doc-15/usr/share/doc/postgresql-doc-15/html/tutorial.html.txt",
+        "python-django-doc/usr/share/doc/python-django-doc/html/intro/index.html.txt",
+        "python3.11-doc/usr/share/doc/python3.11/html/_sources/tutorial/index.rst.txt",
+        "sqlite3-doc/usr/share/doc/sqlite3/atomiccommit.html.txt",
+        "vim-runtime/usr/share/vim/vim90/doc/usr_01.txt",
+    ]
