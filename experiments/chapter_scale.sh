@@ -20,8 +20,8 @@
 set -u
 SWEEPS=${SWEEPS:-multirun/chapter_scale}
 RESULTS=${RESULTS:-experiments/results/chapter_scale}
-CORPUS=${CORPUS:-shakespeare}
-TOKENS=${TOKENS:-corpora/chapter_bpe8k}
+CORPUS=${CORPUS:-debian-docs}
+TOKENS=${TOKENS:-corpora/debian-docs-bpe}
 py=${PYTHON:-python3}
 # shellcheck disable=SC2206
 EXTRA_ARGS=(${EXTRA:-})
@@ -54,8 +54,13 @@ sweep() {  # sweep NAME [overrides...]: one Hydra multirun into $SWEEPS/NAME, it
 prepare() {
   [ -f "$TOKENS/meta.json" ] && { echo "tokens ready in $TOKENS"; return 0; }
   local corpus; corpus=$(dirname "$TOKENS")
-  $py -m andrea_exp.corpora "$CORPUS" "$corpus" &&
+  $py -m andrea_exp.corpora "$CORPUS" "$corpus" || return 1
+  if [ -d "$corpus/$CORPUS" ]; then  # a folder of documents: hold out whole documents, a seeded choice
+    $py -m andrea_exp.prepare "$corpus/$CORPUS" --out "$TOKENS" --tokenizer bpe --vocab-size 8192 --split documents \
+      --val-fraction 0.05
+  else
     $py -m andrea_exp.prepare "$corpus/$CORPUS.txt" --out "$TOKENS" --tokenizer bpe --vocab-size 8192
+  fi
 }
 
 calibrate() {  # what the preset's settings rest on: step times (d_k 4096 included) and the LR
@@ -76,9 +81,9 @@ for name in "$@"; do
              "cells_per_gpu=${CELLS_PER_GPU:-12}" ;;
     reference)  # judged nowhere: the report reads them only as progress 1 on their model's data (T tells them apart)
       sweep reference experiment=claims_120m report_role=reference model.d_k=64 model.scale=true model.causal=true \
-        seed=0,1 train.max_steps=1500 train.eval_every=250 name=claims_120m_reference
+        seed=100,101 train.max_steps=1300 train.eval_every=100 name=claims_120m_reference
       sweep reference_small experiment=claims_grid data=tokens report_role=reference model.d_k=64 model.scale=true \
-        model.causal=true seed=0,1 train.max_steps=3000 name=claims_grid_reference ;;
+        model.causal=true seed=100,101 train.max_steps=3000 name=claims_grid_reference ;;
     report) $py -m andrea_exp.report.scale "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"} ;;
   esac
 done

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "chapter_scale.sh"
 
 
 def chapter_scale(*stages: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *stages], env={**os.environ, **env}, capture_output=True,
+    return subprocess.run(["bash", str(SCRIPT), *stages], env={**os.environ, "PYTHON": sys.executable, **env}, capture_output=True,
                           text=True, timeout=120)
 
 
