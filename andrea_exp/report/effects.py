@@ -9,7 +9,9 @@ straddling it -> "inconclusive". One seed gives no interval: the value decides a
 Progress is read on a scale that means the same on every corpus: 0 at the data's bigram level (what a model
 whose attention does not work still reaches through its embeddings and MLP), 1 at the reference: the exact
 floor where the source knows it, else the best causal held-out loss among the experiment's cells (an upper
-bound on the floor). A run that did not finish counts at its step-0 loss.
+bound on the floor). A run that diverged counts at its step-0 loss; a run that failed for a reason outside
+training (out of memory, killed, an error, interrupted) does not vote: the data box names it, and a place that
+needs it is not measured and says so.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ class Effect:
         return (st.mean, st.mean) if st.n == 1 else st.interval
 
     @property
+    def why(self) -> str:
+        """Why nothing was measured, where the runs behind it failed: 'its twin failed'."""
+        return getattr(self.values, "why", "") if not self.stat.n else ""
+
+    @property
     def decision(self) -> str:
         if not self.stat.n:
             return NOT_MEASURED
@@ -110,6 +117,11 @@ class Place:
             return FAILS
         return INCONCLUSIVE if INCONCLUSIVE in decisions else HOLDS
 
+    @property
+    def why(self) -> str:
+        """Why the place is not measured, where failed runs are the reason."""
+        return next((e.why for e in (self.effect, *self.also) if e.why), "")
+
     def label(self) -> str:
         return where_text(self.where)
 
@@ -135,7 +147,7 @@ PHASES = {"init": lambda key: lambda run: run.at_step(key, 0),
 
 
 def loss_or_l0(run: Run) -> float | None:
-    """Final held-out loss; a run that did not finish (diverged) counts at its step-0 loss."""
+    """Final held-out loss; a run that diverged counts at its step-0 loss (cells hold no failed runs)."""
     loss = final_loss(run)
     return loss if loss is not None and math.isfinite(loss) else run.initial_loss()
 

@@ -12,6 +12,7 @@ from andrea_exp.report.bestlr import capped_final
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.claims.common import run_progress
 from andrea_exp.report.lr import lr_sensitivity
+from andrea_exp.report.run_status import finished
 from andrea_exp.report.seeds import seed_vote
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
@@ -28,7 +29,7 @@ def fix_of(cell: Cell) -> str:
 
 
 def trains(cell: Cell) -> bool:
-    return seed_vote(r.status == "finished" and run_progress(r) >= TRAINS_PROGRESS for r in cell.runs)
+    return seed_vote(finished(r) and run_progress(r) >= TRAINS_PROGRESS for r in cell.runs)
 
 
 def grouped(cells: list[Cell]) -> dict[tuple, dict[float, Cell]]:

@@ -2,8 +2,8 @@
 Transformer training instabilities"): E over the LR range of [min(l(eta), l_0) - l*].
 
 Only experiments that sweep train.lr count; their cells are grouped by every other axis; each seed
-gives one sensitivity over the LRs it ran, and the report shows their mean and spread. A diverged or
-failed run counts at l_0.
+gives one sensitivity over the LRs it ran, and the report shows their mean and spread. A diverged run
+counts at l_0; a failed one is not in any cell (andrea_exp.report.run_status).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from andrea_exp.report import figures
 from andrea_exp.report.cells import LR, LR_SWEEP, Cell, short
 from andrea_exp.report.claims.common import final_loss
+from andrea_exp.report.run_status import finished
 from andrea_exp.report.stats import Stat, sort_key, stat
 from andrea_exp.report.table import md_table
 
@@ -68,7 +69,7 @@ def lr_curves(cells: list[Cell]) -> list[LRCurve]:
         loss_by_lr = {lr: stat(min(v[lr], l0) if v.get(lr) is not None and math.isfinite(v[lr]) else l0
                                 for v in per_seed.values() if lr in v) for lr in lrs}
         sens = stat(lr_sensitivity(v, l0) for v in per_seed.values() if len(v) >= 2)
-        diverged = sum(run.status != "finished" for run in runs)
+        diverged = sum(not finished(run) for run in runs)  # cells hold no failed runs
         curves.append(LRCurve(ctx, lrs, loss_by_lr, sens, initial, diverged))
     return sorted(curves, key=lambda c: sort_key(c.context))
 

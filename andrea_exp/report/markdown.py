@@ -126,7 +126,7 @@ def experiments_table(experiments: list[Experiment]) -> str:
 def _run_dirs(cell: Cell) -> str:
     """'claims_grid_seeds/{0,1}, claims_grid_parallel/{0}': the sweep directory, then the job numbers."""
     by_parent: dict[str, list[str]] = {}
-    for run in cell.runs:
+    for run in cell.runs + cell.excluded:
         by_parent.setdefault(run.path.parent.name, []).append(run.path.name)
     return ", ".join(f"{parent}/{{{','.join(jobs)}}}" for parent, jobs in by_parent.items())
 
@@ -135,7 +135,7 @@ def cells_table(cells: list[Cell]) -> str:
     rows = []
     for cell in cells:
         loss = stat(run.last(mk.EVAL_LOSS_AS_TRAINED) for run in cell.runs)
-        status = Counter(run.status for run in cell.runs)
+        status = Counter(run.status for run in cell.runs + cell.excluded)  # failed ones listed, not voting
         rows.append([cell.experiment, cell.label, ", ".join(map(str, cell.seeds)),
                      ", ".join(f"{k} {v}" for k, v in status.items()), str(loss), _run_dirs(cell)])
     return "## Runs and cells\n\n" + md_table(["experiment", "cell", "seeds", "status", "final held-out loss",
@@ -146,6 +146,8 @@ def copy_attention_maps(cells: list[Cell], out: Path) -> list[tuple[str, list[Pa
     """The first and the last map of layer 0 and of the last layer, from the first seed of each cell."""
     copied = []
     for i, cell in enumerate(cells):
+        if not cell.runs:
+            continue
         source = cell.runs[0].path / "attention_maps"
         pngs = sorted(source.glob("*.png")) if source.is_dir() else []
         if not pngs:

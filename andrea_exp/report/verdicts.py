@@ -10,6 +10,9 @@ last probe) are axes of the condition. The verdict of a statement:
 - otherwise                                       -> holds where: the places that hold are named (the axis
                                                      with most values merged, d_k on a tie), then those where
                                                      it does not and the inconclusive ones
+
+A place whose runs, or whose twin's, failed (out of memory, killed, an error: not a result) is named as not
+measured, with why. Every cell that trains votes at its own LR, an LR sweep's too, so more runs only add places.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell
+from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell, short
 from andrea_exp.report.effects import (
     FAILS,
     HOLDS,
@@ -71,9 +74,27 @@ class Statement:
 
 
 def summarise(places: list[Place]) -> tuple[str, str]:
+    verdict, condition = _summarise(places)
+    lost = failed_places(places)
+    return verdict, "; ".join(t for t in ((condition if condition != NO_RUNS or not lost else ""), lost) if t)
+
+
+NO_RUNS = "no runs measure it"
+
+
+def failed_places(places: list[Place]) -> str:
+    """'not measured at d_k 4096: its twin failed': the places that failed runs left without a value."""
+    by_why: dict[str, list[Place]] = {}
+    for p in places:
+        if p.decision == NOT_MEASURED and p.why:
+            by_why.setdefault(p.why, []).append(p)
+    return "; ".join(f"not measured at {compact(ps)}: {why}" for why, ps in by_why.items())
+
+
+def _summarise(places: list[Place]) -> tuple[str, str]:
     measured = [p for p in places if p.decision != NOT_MEASURED]
     if not measured:
-        return NOT_MEASURED, "no runs measure it"
+        return NOT_MEASURED, NO_RUNS
     by = {d: [p for p in measured if p.decision == d] for d in (HOLDS, FAILS, INCONCLUSIVE)}
     if len(by[HOLDS]) == len(measured):
         return HOLDS, f"at every place measured ({compact(measured)})"
@@ -127,7 +148,7 @@ def _number(text: str):
 
 @dataclass
 class Cells:
-    training: list[Cell]  # training experiments' cells, each distinct run once
+    training: list[Cell]  # every cell that trains, each distinct run once: an LR sweep's at each of its LRs too
     init_only: list[Cell]
     lr_sweep: list[Cell]
     refs: dict[str, References]  # experiment label -> its references
@@ -138,8 +159,9 @@ class Cells:
         refs = {}
         for label in {c.experiment for c in distinct}:
             refs[label] = references([c for c in distinct if c.experiment == label])
-        return cls([c for c in distinct if c.kind == TRAINING], [c for c in distinct if c.kind == INIT_ONLY],
-                   [c for c in distinct if c.kind == LR_SWEEP], refs)
+        trains = [c for c in distinct if c.kind in (TRAINING, LR_SWEEP)]
+        return cls(trains, [c for c in distinct if c.kind == INIT_ONLY], [c for c in distinct if c.kind == LR_SWEEP],
+                   refs)
 
     def ref(self, cell: Cell) -> References:
         return self.refs[cell.experiment]
@@ -149,10 +171,16 @@ def is_causal(cell: Cell) -> bool:
     return str(cell.get("model.causal")).lower() == "true"
 
 
+NAMED_AXES = ("model.d_k", "model.qk_init", "model.scale", "model.causal")  # named above, or paired on by claims
+
+
 def where(cell: Cell, **extra) -> dict:
     out = {"d_k": cell.get("model.d_k")}
     if cell.get("model.qk_init") not in (None, "unit"):
         out["init"] = cell.get("model.qk_init")
+    for axis, value in cell.axes.items():  # the cell's other axes (lr, ...): two values of one are two places
+        if axis not in NAMED_AXES:
+            out[short(axis)] = lr_text(cell) if axis == LR else value
     return {**out, **extra}
 
 
