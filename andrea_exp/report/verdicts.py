@@ -300,7 +300,7 @@ def c5_unit_scale(c: Cells) -> Statement:
         places.append(Place(where(cell, phase="init"),
                             Effect("scaled score std", per_seed(cell, PHASES["init"](mk.ATTN_SCORE_STD)),
                                    1 / threshold("UNIT"), threshold("UNIT"))))
-    for group in groups([x for x in scaled if x.kind == TRAINING], "model.d_k"):
+    for group in groups([x for x in scaled if x.kind != INIT_ONLY], "model.d_k"):
         group = sorted(group, key=lambda x: float(x.get("model.d_k")))
         for cell in group[1:]:
             for phase in ("early", "end"):
