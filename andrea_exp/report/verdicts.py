@@ -178,8 +178,9 @@ def where(cell: Cell, **extra) -> dict:
     out = {"d_k": cell.get("model.d_k")}
     if cell.get("model.qk_init") not in (None, "unit"):
         out["init"] = cell.get("model.qk_init")
-    for axis, value in cell.axes.items():  # the cell's other axes (lr, ...): two values of one are two places
-        if axis not in NAMED_AXES:
+    # the cell's other axes (lr, ...): two values of one are two places; a switch left off is every place's baseline
+    for axis, value in cell.axes.items():
+        if axis not in NAMED_AXES and value is not False and value is not None:
             out[short(axis)] = lr_text(cell) if axis == LR else value
     return {**out, **extra}
 
