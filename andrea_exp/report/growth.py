@@ -104,7 +104,7 @@ def growth_section(cells: list[Cell], fig_path: Path) -> str:
              "The `extras` experiment: the divisor 1/sqrt(d_k) against 1/d_k (muP), QK-LayerNorm off/on, per d_k, "
              f"over LRs. An LR trains a cell when >= 2/3 of its seeds finish with progress >= {TRAINS_PROGRESS}. "
              "LR sensitivity (Wortsman et al. 2023) = mean over the LRs of [min(l(eta), l_0) - l*], per seed "
-             "(l_0 its step-0 loss, l* its best final loss, a run that did not finish at l_0), then over seeds.\n\n")
+             "(l_0 its step-0 loss, l* its best final loss, a run that diverged at l_0), then over seeds.\n\n")
     groups = grouped(cells)
     if not groups:
         return intro + f"**not measured**: no `{EXPERIMENT}` runs among the runs read; run `andrea-exp -m " \

@@ -116,9 +116,10 @@ def experiments_table(experiments: list[Experiment]) -> str:
         rows.append([e.label, e.kind, setup, ", ".join(short(a) for a in e.axes) or "-", len(e.cells),
                      sum(len(c.runs) for c in e.cells),
                      _seeds_text(e.cells) + f" (seeds {', '.join(map(str, seeds))})"])
-    use = ("Experiments (runs agreeing on every scientific setting except the study axes; launcher, logging and "
-           "probe-cadence settings are ignored). Training experiments vote on every claim; init-only ones on the "
-           "claims measured at step 0; LR sweeps feed the LR-sensitivity section.")
+    use = ("Experiments (runs agreeing on every scientific setting except the study axes, whichever sweep they came "
+           "from; launcher, logging, eval- and probe-cadence settings are ignored). Training experiments vote on "
+           "every claim, an LR sweep's cells at their own LR and at each cell's best LR; init-only ones on the claims "
+           "measured at step 0; failed runs on none.")
     return use + "\n\n" + md_table(["experiment", "kind", "settings that tell it apart", "axes", "cells", "runs",
                                       "seeds per cell"], rows)
 
