@@ -5,16 +5,18 @@ does not vote while one that diverged does."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import tarfile
 from pathlib import Path
 
 import pytest
-from test_report_effects import grid_runs, make_run, write_run
+from test_report_effects import SYNTHETIC, empty_png, grid_runs, make_run, write_run
 
-from andrea_exp.report import run_status, screen, verdicts
+from andrea_exp.report import figures, run_status, screen, static, verdicts
 from andrea_exp.report.cells import failed_lines, group_experiments
 from andrea_exp.report.effects import FAILS, HOLDS, NOT_MEASURED
+from andrea_exp.report.markdown import write_report
 from andrea_exp.report.runs import Run, load_runs
 from andrea_exp.runs import metric_keys as mk
 
@@ -166,6 +168,25 @@ def test_a_failed_cell_is_excluded_and_named_and_its_twin_is_not_measured():
                                 "causal=True, seed 0, ")
     # the references never read a failed run: the best causal loss is the scaled d_k 64 / 256 cells'
     assert c.refs["claims_grid"].best_causal == pytest.approx(1.6)
+
+
+def test_the_written_report_names_the_failed_runs(tmp_path, monkeypatch):
+    """On disk, through andrea-report's writer: the data box lines, the verdict's condition, the appendix's cell."""
+    if not SYNTHETIC:
+        SYNTHETIC.append(static.synthetic_softmax())
+    monkeypatch.setattr(static, "synthetic_softmax", lambda: SYNTHETIC[0])
+    monkeypatch.setattr(figures, "drawn_in_parallel", contextlib.nullcontext)
+    monkeypatch.setattr(figures, "_save", empty_png)
+    for i, run in enumerate(grid_with_scaled_4096("failed")):
+        write_run(tmp_path / "sweep" / str(i), run)
+    path = write_report([str(tmp_path / "sweep")], tmp_path / "report", ["andrea-report", "sweep"])
+    report, appendix = path.read_text(), (tmp_path / "report" / "appendix.md").read_text()
+    named = [line for line in report.splitlines() if "failed: OutOfMemoryError at step 9, excluded" in line]
+    assert len(named) == 3 and all(line.startswith("- WARNING: failed:") for line in named)
+    (c4b,) = [line for line in report.splitlines() if line.startswith("| C4b |")]
+    assert "not measured at d_k 4096 (lr 0.003): its twin failed" in c4b
+    (row,) = [line for line in appendix.splitlines() if "| d_k=4096 scale=sqrt causal=True |" in line]
+    assert "| failed 3 |" in row
 
 
 def test_a_diverged_cell_votes_as_not_proceeding():
