@@ -311,8 +311,8 @@ def c5_unit_scale(c: Cells) -> Statement:
                                     Effect("score std / the smallest d_k's", ratio, 1 / threshold("UNIT"),
                                            threshold("UNIT"))))
     places = dedupe(places)
-    head = next((p for p in places if p.where.get("phase") == "end" and p.where.get("d_k") == max_dk(places)),
-                pick(places))
+    head = next((p for p in sorted(places, key=lambda p: "lr" in p.where)  # a grid's place before an LR sweep's
+                 if p.where.get("phase") == "end" and p.where.get("d_k") == max_dk(places)), pick(places))
     return Statement("C5a", "with the divisor scores stay near unit scale whatever d_k", places, head,
                      "factor 2 of 1 (init) or of the smallest d_k (over training)")
 
@@ -409,10 +409,10 @@ def max_dk(places: list[Place]):
 
 
 def pick(places: list[Place], **want) -> Place | None:
-    """The place at the largest d_k matching `want` (the chapter's strongest case), the default init first,
-    else the last one."""
+    """The place at the largest d_k matching `want` (the chapter's strongest case), the default init first and a
+    place at one fixed LR (a grid's) before an LR sweep's, else the last one."""
     top = max_dk(places)
-    for p in sorted(reversed(places), key=lambda p: "init" in p.where):
+    for p in sorted(reversed(places), key=lambda p: ("init" in p.where, "lr" in p.where)):
         if all(str(p.where.get(k)) == str(v) for k, v in want.items()) and p.where.get("d_k") in (top, None):
             return p
     return places[-1] if places else None
