@@ -5,8 +5,10 @@
 #   experiments/chapter_scale.sh calibrate    # step time per d_k and mask (40 steps), then the LR scan
 #   experiments/chapter_scale.sh runs         # the preset's 16 runs, one after another
 #   experiments/chapter_scale.sh small        # claims_grid on the same tokens, 2 seeds, cells side by side
+#   experiments/chapter_scale.sh reference    # per model, the scaled causal d_k 64 cell trained 3x longer with
+#                                             # report_role=reference: progress 1 on tokens without a known floor
 #   experiments/chapter_scale.sh report       # the calibration table and "At the chapter's scale" into $RESULTS
-# With no stage: prepare, calibrate, runs, small, report. A stage whose directory exists is resumed.
+# With no stage: prepare, calibrate, runs, small, reference, report. A stage whose directory exists is resumed.
 # EXTRA="k=v ..." is added to every training stage (e.g. EXTRA="train.max_steps=20" for a smoke test).
 set -u
 SWEEPS=${SWEEPS:-multirun/chapter_scale}
@@ -15,7 +17,7 @@ TOKENS=${TOKENS:-corpora/shakespeare_bpe8k}
 py=${PYTHON:-python3}
 # shellcheck disable=SC2206
 EXTRA_ARGS=(${EXTRA:-})
-STAGES="prepare calibrate runs small report"
+STAGES="prepare calibrate runs small reference report"
 for name in "$@"; do
   case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
 done
@@ -56,6 +58,11 @@ for name in "$@"; do
     runs) sweep runs experiment=claims_120m ;;
     small) sweep small experiment=claims_grid data=tokens seed=0,1 hydra/launcher=local_gpus \
              "cells_per_gpu=${CELLS_PER_GPU:-12}" ;;
+    reference)  # judged nowhere: the report reads them only as progress 1 on their model's data (T tells them apart)
+      sweep reference experiment=claims_120m report_role=reference model.d_k=64 model.scale=true model.causal=true \
+        seed=0,1 train.max_steps=1500 train.eval_every=250 name=claims_120m_reference
+      sweep reference_small experiment=claims_grid data=tokens report_role=reference model.d_k=64 model.scale=true \
+        model.causal=true seed=0,1 train.max_steps=3000 name=claims_grid_reference ;;
     report) $py -m andrea_exp.report.scale "$SWEEPS" --out "$RESULTS" ${MACHINE:+--machine "$MACHINE"} ;;
   esac
 done

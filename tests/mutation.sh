@@ -11,7 +11,8 @@
 # Environment: MUTATION_JOBS (parallel mutants, default 2), MUTATION_WORKDIR, MUTMUT_VERSION.
 # MUTATION_RESUME=1 keeps the module's previous scratch copy and its results, refreshes the sources and
 # tests, and re-runs only the mutants not killed last time (new tests cannot revive a killed mutant).
-# Known equivalent mutants are listed, one reason each, in tests/mutation_survivors.md.
+# Known equivalent mutants are listed, one reason each, in tests/mutation_survivors.md. The named mutants that
+# would turn a verdict around are also checked on their own, quickly: python tests/mutants/statements.py.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +30,10 @@ declare -A SOURCE=(
   [train]="andrea_exp/training/loop.py andrea_exp/training/graphed_step.py"
   [report_rules]="andrea_exp/report/rules.py andrea_exp/report/seeds.py andrea_exp/report/bestlr.py"
   [head_gemms]="andrea_exp/model/head_gemms.py"
+  # the statements' decisions: effect sizes, the verdict rule, reference runs and each claim's statements
+  [report_verdicts]="andrea_exp/report/effects.py andrea_exp/report/verdicts.py andrea_exp/report/reference.py
+                     andrea_exp/report/claims/c2.py andrea_exp/report/claims/c3.py andrea_exp/report/claims/c4.py
+                     andrea_exp/report/claims/c5.py andrea_exp/report/claims/c7.py andrea_exp/report/claims/c9.py"
 )
 # the rules lived in andrea_exp/report_rules.py before the report became a package
 [[ -f "$REPO/andrea_exp/report/rules.py" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
@@ -61,6 +66,8 @@ declare -A TESTS=(
            --deselect tests/test_divergence.py::test_a_diverging_cell_does_not_stop_the_sweep"
   [report_rules]="tests/test_report_rules.py tests/test_report.py
                   --deselect tests/test_report.py::test_report_on_a_real_tiny_sweep"
+  [report_verdicts]="tests/test_report_statements.py tests/test_report_effects.py
+                     --deselect tests/test_report_effects.py::test_write_report_first_screen"
   [head_gemms]="tests/test_head_gemms.py tests/test_model.py tests/test_fast_paths.py
                 --deselect tests/test_fast_paths.py::test_benchmark_step_reproduces_train_losses
                 --deselect tests/test_fast_paths.py::test_throughput_smoke_writes_the_result
@@ -78,9 +85,16 @@ declare -A FUNCTIONS=(
   [train]="andrea_exp.training.loop.x_build_optimizer__mutmut_* andrea_exp.training.loop.x_probe_due__mutmut_* andrea_exp.training.loop.xǁDivergenceWatchǁ* andrea_exp.training.graphed_step.x_step_body__mutmut_* andrea_exp.training.graphed_step.x_grad_norm__mutmut_* $LOGWINDOW_GLOB"
   [report_rules]=""
   [head_gemms]=""
+  # the claim modules' statements only (their evidence tables are report_rules' concern)
+  [report_verdicts]="andrea_exp.report.effects.* andrea_exp.report.verdicts.* andrea_exp.report.reference.*
+                     andrea_exp.report.claims.c2.x_c2_growth__mutmut_* andrea_exp.report.claims.c3.x_c3_peaked__mutmut_*
+                     andrea_exp.report.claims.c4.x_c4_vanish__mutmut_* andrea_exp.report.claims.c4.x_c4_stall__mutmut_*
+                     andrea_exp.report.claims.c5.x_c5_unit_scale__mutmut_* andrea_exp.report.claims.c5.x_c5_proceeds__mutmut_*
+                     andrea_exp.report.claims.c7.x_c7_leak__mutmut_* andrea_exp.report.claims.c7.x_untrained__mutmut_*
+                     andrea_exp.report.claims.c9.x_c9_flat__mutmut_*"
 )
 
-DEFAULT_MODULES=(attention choices data metrics train report_rules head_gemms)
+DEFAULT_MODULES=(attention choices data metrics train report_rules report_verdicts head_gemms)
 
 ensure_mutmut() {
   if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(m.version('mutmut') != '$MUTMUT_VERSION')" 2>/dev/null; then

@@ -18,7 +18,7 @@ def chapter_scale(*stages: str, **env: str) -> subprocess.CompletedProcess:
 def test_an_unknown_stage_is_refused_before_any_stage_runs(tmp_path):
     done = chapter_scale("prepare", "bogus", SWEEPS=str(tmp_path / "sw"), TOKENS=str(tmp_path / "tok"))
     assert done.returncode == 2
-    assert "unknown stage: bogus (prepare calibrate runs small report)" in done.stderr
+    assert "unknown stage: bogus (prepare calibrate runs small reference report)" in done.stderr
     assert not (tmp_path / "tok").exists()  # prepare never started
 
 

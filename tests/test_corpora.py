@@ -25,7 +25,7 @@ def test_the_matching_texts_are_joined_in_name_order(tmp_path):
 
 
 def test_an_unknown_corpus_names_the_choices(tmp_path):
-    with pytest.raises(ConfigError, match="corpus must be one of shakespeare; got 'hamlet'"):
+    with pytest.raises(ConfigError, match="corpus must be one of shakespeare, debian-docs; got 'hamlet'"):
         corpora.fetch("hamlet", tmp_path)
 
 

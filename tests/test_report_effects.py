@@ -1,5 +1,6 @@
 """The report's verdict engine on hand-made runs: effect decisions on 95% t intervals, references and progress
-(bigram level 0, floor or best causal loss 1), C3 / C4b / C7 places both ways on data with and without a
+(bigram level 0, floor or reference run 1; never a judged cell),
+C3 / C4b / C7 places both ways on data with and without a
 floor, summarise's three wordings, and the first screen (at most 60 lines, one row per statement)."""
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.report import figures, screen, static, verdicts
+from andrea_exp.report import figures, reference, screen, static, verdicts
 from andrea_exp.report.cells import INIT_ONLY, group_experiments
+from andrea_exp.report.claims import c3, c4, c7
 from andrea_exp.report.effects import (
+    BY_CONSTRUCTION,
     FAILS,
     HOLDS,
     INCONCLUSIVE,
@@ -30,7 +33,7 @@ from andrea_exp.report.runs import Run
 from andrea_exp.report.verdicts import CONDITIONAL, summarise
 from andrea_exp.runs import metric_keys as mk
 
-T2 = 4.303  # t_{0.975} with 2 degrees of freedom
+T2 = 4.302653  # t_{0.975} with 2 degrees of freedom
 JOB = itertools.count()
 
 # Data sources as the runs record them: text-like (no floor known) and markov-like (exact floor).
@@ -41,13 +44,13 @@ SOURCES = {"text": TEXT, "markov": MARKOV}
 
 def make_run(seed=0, *, data="text", name="claims_grid", d_k=64, scale="sqrt", causal=True, qk_init="unit",
              lr=3e-3, max_steps=1000, status="finished", l0=5.0, final=2.0, generation=None, se=None,
-             probes=None) -> Run:
+             probes=None, role=None) -> Run:
     """A run as read from disk: flat config, summary, records (train/loss l0 at step 0, then `probes`:
     step -> {key: value}). final is eval/loss_as_trained; below_floor is floor - final where a floor is known."""
     source = SOURCES[data]
     config = {"seed": seed, "name": name, "data.name": data, "data.seq_len": 64, "model.d_k": d_k,
               "model.scale": scale, "model.causal": causal, "model.qk_init": qk_init, "model.qk_layernorm": False,
-              "train.lr": lr, "train.max_steps": max_steps}
+              "train.lr": lr, "train.max_steps": max_steps, **({"report_role": role} if role else {})}
     summary = {mk.RUN_STATUS: status, **source}
     if final is not None:
         summary[mk.EVAL_LOSS_AS_TRAINED] = final
@@ -67,7 +70,14 @@ def make_run(seed=0, *, data="text", name="claims_grid", d_k=64, scale="sqrt", c
 
 
 def cells_of(runs) -> verdicts.Cells:
-    return verdicts.Cells.of([c for e in group_experiments(runs) for c in e.cells])
+    judged, refs = reference.split(runs)
+    return verdicts.Cells.of([c for e in group_experiments(judged) for c in e.cells], refs)
+
+
+def reference_runs(final: float, data: str = "text", n: int = 2) -> list[Run]:
+    """report_role=reference runs: the scaled causal d_k 64 cell trained longer, ending at `final`."""
+    return [make_run(seed, data=data, name="claims_grid_reference", max_steps=3000, final=final, role="reference")
+            for seed in range(n)]
 
 
 def spread(mean: float, seed: int, step: float = 0.01) -> float:
@@ -134,8 +144,8 @@ def test_a_place_needs_its_also_effects():
 
 # ------------------------------------------------------------------ 2. references and progress
 def test_progress_from_bigram_to_floor_by_hand():
-    refs = References(floor=1.0, unigram=3.3, bigram=2.5, log_vocab=5.0, best_causal=0.5, l0=5.0)
-    assert refs.top == 1.0 and refs.top_name == "floor"  # the floor wins over the best causal loss
+    refs = References(floor=1.0, unigram=3.3, bigram=2.5, log_vocab=5.0, reference=0.5, l0=5.0)
+    assert refs.top == 1.0 and refs.top_name == "floor"  # the floor wins over a reference run
     assert refs.progress(1.75) == pytest.approx(0.5)  # (2.5 - 1.75) / (2.5 - 1.0)
     assert refs.progress(2.5) == pytest.approx(0.0) and refs.progress(1.0) == pytest.approx(1.0)
     assert refs.progress(None) is None
@@ -151,12 +161,13 @@ def test_progress_of_runs_with_a_floor():
     c = cells_of(runs)
     (refs,) = c.refs.values()
     assert (refs.floor, refs.bigram, refs.unigram) == (0.9, 3.06, 3.4)
-    assert refs.top == 0.9 and refs.top_name == "floor" and refs.best_causal == pytest.approx(1.5)
+    assert refs.top == 0.9 and refs.top_name == "floor" and refs.reference is None
     assert progress_of(refs)(runs[0]) == pytest.approx((3.06 - 1.98) / (3.06 - 0.9))  # 0.5
 
 
-def test_without_a_floor_the_top_is_the_best_causal_cell_and_a_diverged_run_counts_at_l0():
-    runs = []
+def test_without_a_floor_the_top_is_the_reference_run_and_a_diverged_run_counts_at_l0():
+    runs = [make_run(seed, name="claims_grid_reference", max_steps=3000, final=final, role="reference")
+            for seed, final in ((0, 1.4), (1, 1.6))]
     for seed in range(2):
         runs.append(make_run(seed, d_k=64, final=(1.5, 1.7)[seed]))  # causal, mean 1.6
         # causal at d_k 256: seed 0 at 1.2, seed 1 diverged from l0 4.0 (its last eval of 0.5 does not count)
@@ -164,13 +175,40 @@ def test_without_a_floor_the_top_is_the_best_causal_cell_and_a_diverged_run_coun
         runs += [make_run(seed, d_k=d_k, causal=False, final=0.02) for d_k in (64, 256)]  # unmasked: excluded
     c = cells_of(runs)
     (refs,) = c.refs.values()
-    assert refs.floor is None and refs.top_name == "best causal loss" and refs.bottom_name == "bigram"
-    # d_k 64: 1.6; d_k 256: (1.2 + 4.0) / 2 = 2.6; the unmasked cells' 0.02 are not causal
-    assert refs.best_causal == pytest.approx(1.6) and refs.top == pytest.approx(1.6)
-    diverged = runs[5]
+    assert refs.floor is None and refs.top_name == "reference run" and refs.bottom_name == "bigram"
+    # the reference runs' mean (1.4, 1.6 -> 1.5), never a judged cell's (the best causal cell, d_k 64, is at 1.6)
+    assert refs.reference == pytest.approx(1.5) and refs.top == pytest.approx(1.5)
+    assert len(refs.reference_runs) == 2 and all(x.runs for x in c.training)
+    assert not any(r.config.get("report_role") for x in c.training for r in x.runs)  # judged nowhere
+    diverged = runs[7]
     assert diverged.status == "diverged" and loss_or_l0(diverged) == 4.0
-    assert progress_of(refs)(diverged) == pytest.approx((2.5 - 4.0) / (2.5 - 1.6))
-    assert progress_of(refs)(runs[0]) == pytest.approx((2.5 - 1.5) / 0.9)
+    assert progress_of(refs)(diverged) == pytest.approx((2.5 - 4.0) / (2.5 - 1.5))
+    assert progress_of(refs)(runs[2]) == pytest.approx((2.5 - 1.5) / 1.0)
+
+
+def test_without_a_floor_or_a_reference_run_progress_is_not_measured():
+    """The best causal cell never sets progress 1: with no floor and no reference run there is no scale, and
+    C4b / C5b say why instead of holding for a cell because of its own value."""
+    runs = [make_run(seed, d_k=d_k, scale=scale, final=spread(final, seed))
+            for seed in range(3) for d_k, scale, final in ((64, "sqrt", 1.6), (4096, "sqrt", 1.7),
+                                                          (64, "none", 1.65), (4096, "none", 2.5))]
+    c = cells_of(runs)
+    (refs,) = c.refs.values()
+    assert refs.top is None and refs.top_name == "none" and progress_of(refs)(runs[0]) is None
+    c5b = c5_proceeds_of(c)
+    assert all(p.decision == NOT_MEASURED and "no reference run" in p.unmeasurable for p in c5b.places)
+    assert c5b.verdict[0] == NOT_MEASURED and "no reference run" in c5b.verdict[1]
+    assert c4.c4_stall(c).verdict[0] == NOT_MEASURED
+    # the same runs with a reference run at 1.6: the best scaled cell sits at progress 1, measured
+    c = cells_of(runs + reference_runs(1.6))
+    best = place_at(c5_proceeds_of(c).places, d_k=64)
+    assert best.effect.stat.mean == pytest.approx(1.0) and best.decision == HOLDS
+
+
+def c5_proceeds_of(c):
+    from andrea_exp.report.claims import c5
+
+    return c5.c5_proceeds(c)
 
 
 # ------------------------------------------------------------------ 3. C4b: training stalls
@@ -187,12 +225,12 @@ def test_c4b_stall_means_the_same_with_and_without_a_floor(data, scaled, stalled
         runs += [make_run(seed, data=data, d_k=d_k, scale="sqrt", final=scaled) for d_k in (64, 4096)]
         runs.append(make_run(seed, data=data, d_k=64, scale="none", final=scaled + 0.02))  # unscaled, small d_k
         runs.append(make_run(seed, data=data, d_k=4096, scale="none", final=spread(end, seed)))
-    c = cells_of(runs)
+    c = cells_of(runs + (reference_runs(top) if data == "text" else []))
     (refs,) = c.refs.values()
     assert refs.top == pytest.approx(top) and refs.bigram == bigram
-    assert refs.top_name == ("floor" if data == "markov" else "best causal loss")
-    stmt, warnings = verdicts.c4_stall(c)
-    assert warnings == [] and len(stmt.places) == 2  # both d_k vote
+    assert refs.top_name == ("floor" if data == "markov" else "reference run")
+    stmt = c4.c4_stall(c)
+    assert stmt.notes == [] and len(stmt.places) == 2  # both d_k vote
     place = place_at(stmt.places, d_k=4096)
     assert place.where == {"d_k": 4096, "lr": "0.003"}
     prog = (bigram - end) / (bigram - top)  # 0 when stalled, about 0.95 when trained, on both corpora
@@ -205,16 +243,17 @@ def test_c4b_stall_means_the_same_with_and_without_a_floor(data, scaled, stalled
     assert place.decision == (HOLDS if stalls else FAILS)
     assert place_at(stmt.places, d_k=64).decision == FAILS  # the unscaled d_k 64 trains
     if stalls:
-        assert stmt.verdict == (CONDITIONAL, "d_k 4096 (lr 0.003); not at d_k 64 (lr 0.003)")
+        assert stmt.verdict == (CONDITIONAL,
+                                "at 1 of 2 places: d_k 4096 (lr 0.003); does not hold at d_k 64 (lr 0.003)")
     else:
-        assert stmt.verdict == (FAILS, "not at d_k 64, 4096 (lr 0.003)")
+        assert stmt.verdict == (FAILS, "at every place measured (d_k 64, 4096 (lr 0.003))")
 
 
 def test_c4b_stall_needs_the_scaled_twin_to_get_further():
     # both stall at the bigram level: the unscaled progress is below 0.25 but the divisor is not why
     runs = [make_run(seed, d_k=4096, scale=s, final=spread(2.5, seed)) for seed in range(3) for s in ("sqrt", "none")]
-    runs += [make_run(seed, d_k=64, scale="sqrt", final=1.6) for seed in range(3)]  # the reference: 1.6
-    stmt, _ = verdicts.c4_stall(cells_of(runs))
+    runs += reference_runs(1.6)
+    stmt = c4.c4_stall(cells_of(runs))
     (place,) = stmt.places
     assert place.effect.decision == HOLDS
     (behind,) = place.also
@@ -232,7 +271,7 @@ def test_c7_on_data_without_a_floor_every_place_votes():
         # d_k 64: a shortcut (0.02 as trained, 10 at generation); d_k 256: ends at its twin's loss, no shortcut
         runs.append(make_run(seed, d_k=64, causal=False, final=0.02, generation=10.0, se=0.01))
         runs.append(make_run(seed, d_k=256, causal=False, final=spread(1.6, seed, -0.01), generation=1.7, se=0.01))
-    stmt = verdicts.c7_leak(cells_of(runs))
+    stmt = c7.c7_leak(cells_of(runs))
     assert [p.where for p in stmt.places] == [{"d_k": 64, "scale": "sqrt"}, {"d_k": 256, "scale": "sqrt"}]
     leak = place_at(stmt.places, d_k=64)
     # twin - as trained: 1.57, 1.58, 1.59; margin max(0.1, 3 sqrt(2) 0.01 = 0.042) = 0.1
@@ -244,7 +283,7 @@ def test_c7_on_data_without_a_floor_every_place_votes():
     honest = place_at(stmt.places, d_k=256)
     assert honest.effect.stat.mean == pytest.approx(0.0)  # -0.02, 0, 0.02: interval [-0.05, 0.05] below 0.1
     assert honest.effect.decision == FAILS and honest.decision == FAILS
-    assert stmt.verdict == (CONDITIONAL, "d_k 64 (scale sqrt); not at d_k 256 (scale sqrt)")
+    assert stmt.verdict == (CONDITIONAL, "at 1 of 2 places: d_k 64 (scale sqrt); does not hold at d_k 256 (scale sqrt)")
     assert stmt.headline is leak
 
 
@@ -255,7 +294,7 @@ def test_c7_leak_margin_is_three_standard_errors_of_a_difference(se, decision):
     for seed in range(3):
         runs.append(make_run(seed, causal=True, final=1.6, se=se))
         runs.append(make_run(seed, causal=False, final=spread(1.3, seed), generation=10.0, se=se))
-    (place,) = verdicts.c7_leak(cells_of(runs)).places
+    (place,) = c7.c7_leak(cells_of(runs)).places
     assert place.effect.low == pytest.approx(max(0.1, 3 * math.sqrt(2) * se))
     assert place.effect.decision == decision
 
@@ -265,7 +304,7 @@ def test_c7_with_a_floor_shows_the_floor_test_beside_the_twin():
     for seed in range(3):
         runs.append(make_run(seed, data="markov", causal=True, final=spread(1.0, seed), generation=1.0))
         runs.append(make_run(seed, data="markov", causal=False, final=0.02, generation=10.0))
-    (place,) = verdicts.c7_leak(cells_of(runs)).places
+    (place,) = c7.c7_leak(cells_of(runs)).places
     assert [e.name for e in place.also] == ["generation loss - unigram level"]
     (floor,) = place.shown  # a stronger, sufficient test: shown, not required (a partial shortcut stays above it)
     assert floor.name == "floor - loss as trained"
@@ -287,7 +326,8 @@ def init_only_runs():
 def test_c3_keeps_a_place_whose_softmax_is_not_peaked():
     c = cells_of(init_only_runs())
     assert {x.kind for x in c.init_only} == {INIT_ONLY} and not c.training
-    stmt, crossing = verdicts.c3_peaked(c)
+    stmt = c3.c3_peaked(c)
+    (crossing,) = stmt.notes
     assert [p.where for p in stmt.places] == [{"d_k": 64, "phase": "init"}, {"d_k": 4096, "phase": "init"}]
     flat = place_at(stmt.places, d_k=64)
     assert flat.effect.stat.mean == pytest.approx(0.3)
@@ -296,7 +336,11 @@ def test_c3_keeps_a_place_whose_softmax_is_not_peaked():
     assert diff.stat.mean == pytest.approx(0.2) and diff.decision == HOLDS  # still above its scaled twin
     peaked = place_at(stmt.places, d_k=4096)
     assert peaked.decision == HOLDS and peaked.also[0].stat.mean == pytest.approx(0.8)
-    assert stmt.verdict == (CONDITIONAL, "d_k 4096 (phase init); not at d_k 64 (phase init)")
+    # step 0 is the initialisation's doing: shown with what it shows, not counted as evidence
+    assert all(p.by_construction and not p.votes for p in stmt.places)
+    assert flat.decision_text == f"{BY_CONSTRUCTION} ({FAILS})"
+    assert stmt.verdict == (BY_CONSTRUCTION, "holds where at 1 of 2 places: d_k 4096 (phase init); does not hold at "
+                                             "d_k 64 (phase init)")
     # points (std, prob): (1, 0.1) twice, (8, 0.3), (64, 0.9): 0.5 is a third of the way from 0.3 to 0.9, in
     # log std from 8 to 64: 8 * 8 ** (1 / 3) = 16
     assert crossing == "max prob crosses 0.5 at score std about 16 (step 0, every init and d_k)"
@@ -304,7 +348,7 @@ def test_c3_keeps_a_place_whose_softmax_is_not_peaked():
 
 def test_c3_crossover_says_when_nothing_crosses():
     runs = [r for r in init_only_runs() if r.config["model.d_k"] == 64]
-    _, crossing = verdicts.c3_peaked(cells_of(runs))
+    (crossing,) = c3.c3_peaked(cells_of(runs)).notes
     assert crossing == "no crossing of max prob 0.5 among the cells at step 0"
 
 
@@ -323,9 +367,10 @@ def test_summarise_all_hold():
 
 
 def test_summarise_none_hold():
-    assert summarise([held(64, FAILS), held(4096, FAILS)]) == (FAILS, "not at d_k 64, 4096 (phase init)")
+    assert summarise([held(64, FAILS), held(4096, FAILS)]) == (
+        FAILS, "at every place measured (d_k 64, 4096 (phase init))")
     assert summarise([held(64, FAILS), held(4096, INCONCLUSIVE)]) == (
-        INCONCLUSIVE, "not at d_k 64 (phase init); inconclusive at d_k 4096 (phase init)")
+        INCONCLUSIVE, "at d_k 4096 (phase init); does not hold at d_k 64 (phase init)")
     assert summarise([held(64, NOT_MEASURED)]) == (NOT_MEASURED, "no runs measure it")
     assert summarise([]) == (NOT_MEASURED, "no runs measure it")
 
@@ -333,11 +378,12 @@ def test_summarise_none_hold():
 def test_summarise_mixed_names_the_places_with_d_k_merged():
     places = [held(64, FAILS), held(4096, HOLDS), held(256, HOLDS), held(1024, INCONCLUSIVE)]
     assert summarise(places) == (
-        CONDITIONAL, "d_k 256, 4096 (phase init); not at d_k 64 (phase init); inconclusive at d_k 1024 (phase init)")
+        CONDITIONAL, "at 2 of 4 places: d_k 256, 4096 (phase init); does not hold at d_k 64 (phase init); "
+                     "inconclusive at d_k 1024 (phase init)")
     # two phases: d_k merged within each phase
     places = [held(256, HOLDS, "init"), held(4096, HOLDS, "init"), held(4096, HOLDS, "end"), held(64, FAILS, "end")]
-    assert summarise(places) == (CONDITIONAL, "d_k 256, 4096 (phase init); d_k 4096 (phase end); "
-                                              "not at d_k 64 (phase end)")
+    assert summarise(places) == (CONDITIONAL, "at 3 of 4 places: d_k 256, 4096 (phase init); d_k 4096 (phase end); "
+                                              "does not hold at d_k 64 (phase end)")
     # d_k and phase take two values each among the places that hold: d_k is merged on the tie
     places = [held(256, HOLDS, "init"), held(4096, HOLDS, "end")]
     assert summarise(places) == (HOLDS, "at every place measured (d_k 256 (phase init); d_k 4096 (phase end))")
@@ -383,13 +429,14 @@ def verdict_rows(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("data, reference, floor_cell", [
-    ("text", "1 at its best causal loss (an upper bound on the unknown floor)", "unknown"),
+    ("text", "1 at its reference run (a run trained for that purpose and judged nowhere", "unknown"),
     ("markov", "1 at its floor.", "0.900")])
 def test_first_screen_in_memory(data, reference, floor_cell):
     runs = grid_runs(data)
     all_cells = [c for e in group_experiments(runs) for c in e.cells]
-    c = verdicts.Cells.of(all_cells)
-    stmts, notes = screen.statements(c, {})
+    c = verdicts.Cells.of(all_cells, reference_runs(1.6) if data == "text" else [])
+    stmts, notes = screen.statements(c)
+    stmts = [s for s in stmts if s.source == "runs"]
     assert [s.id for s in stmts] == ["C2a", "C3", "C4a", "C4b", "C5a", "C5b", "C7", "C9"]
     text = screen.first_screen(c, all_cells, stmts, notes, ["- command: `andrea-report x`"], "appendix.md")
     lines = screen_part(text)
@@ -397,18 +444,18 @@ def test_first_screen_in_memory(data, reference, floor_cell):
     (progress_line,) = [line for line in lines if line.startswith("Progress:")]
     assert reference in progress_line
     if data == "markov":
-        assert "best causal loss" not in progress_line
+        assert "reference run" not in progress_line
     (box_row,) = [line for line in lines if line.startswith("| claims_grid |")]
     assert f"| {floor_cell} |" in box_row
     assert verdict_rows(lines) == [s.id for s in stmts]
-    # the grid: d_k 4096 row, held-out / generation / progress of the four columns, by hand
+    # the grid: d_k 4096 row, held-out / generation / progress (masked) or leak (unmasked), by hand
     (row,) = [line for line in lines if line.startswith("| 4096 |")]
     bigram, top = {"text": (2.5, 1.6), "markov": (3.06, 0.9)}[data]
     scaled = {"text": 1.6, "markov": 1.0}[data]
     expect = [f"{scaled:.2f} / {scaled:.2f} / {(bigram - scaled) / (bigram - top):.2f}",
-              f"0.02 / 10.00 / {(bigram - 0.02) / (bigram - top):.2f}",
+              f"0.02 / 10.00 / leak {scaled - 0.02:.2f}",
               f"{bigram:.2f} / {bigram:.2f} / 0.00",
-              f"0.02 / 10.00 / {(bigram - 0.02) / (bigram - top):.2f}"]
+              f"0.02 / 10.00 / leak {bigram - 0.02:.2f}"]
     assert [x.strip() for x in row.split("|")[2:-1]] == expect
     # C3 on a training grid: every d_k votes at init, early and end; d_k 64 (max prob 0.4) fails and is listed
     c3 = next(s for s in stmts if s.id == "C3")
@@ -417,7 +464,8 @@ def test_first_screen_in_memory(data, reference, floor_cell):
     assert {p.decision for p in c3.places if p.where["d_k"] != 64} == {HOLDS}
     # C4b on the grid: the unscaled d_k 4096 stalls, the others train
     c4b = next(s for s in stmts if s.id == "C4b")
-    assert c4b.verdict == (CONDITIONAL, "d_k 4096 (lr 0.003); not at d_k 64, 256 (lr 0.003)")
+    assert c4b.verdict == (CONDITIONAL, "at 1 of 3 places: d_k 4096 (lr 0.003); does not hold at d_k 64, 256 "
+                                        "(lr 0.003)")
 
 
 def nest(flat: dict) -> dict:
@@ -460,7 +508,7 @@ def test_write_report_first_screen(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "drawn_in_parallel", contextlib.nullcontext)
     monkeypatch.setattr(figures, "_save", empty_png)
 
-    for i, run in enumerate(grid_runs("text")):
+    for i, run in enumerate(grid_runs("text") + reference_runs(1.6)):
         write_run(tmp_path / "sweep" / str(i), run)
     out = tmp_path / "report"
     path = write_report([str(tmp_path / "sweep")], out, ["andrea-report", "sweep"])
@@ -469,19 +517,19 @@ def test_write_report_first_screen(tmp_path, monkeypatch):
     lines = screen_part(first)
     assert len(lines) <= 60
     (progress_line,) = [line for line in lines if line.startswith("Progress:")]
-    assert "1 at its best causal loss" in progress_line
+    assert "1 at its reference run" in progress_line
     # one row per statement: the built-in checks too
     assert verdict_rows(lines) == ["C1", "C2a", "C2b", "C3", "C4a", "C4b", "C5a", "C5b", "C6", "C7", "C8", "C9"]
     assert "## Where each verdict comes from" in (out / "appendix.md").read_text()
 
 
 def test_c7_a_partial_shortcut_above_the_floor_still_counts_as_a_leak():
-    """Twin at 3.0, unmasked at 2.0 (a leak of 1 nat) but above the floor 0.9: the place holds on the twin."""
+    """Twin at 2.5, unmasked at 1.5 (a leak of 1 nat) but above the floor 0.9: the place holds on the twin."""
     runs = []
     for seed in range(3):
-        runs.append(make_run(seed, data="markov", causal=True, final=spread(3.0, seed), generation=3.0))
-        runs.append(make_run(seed, data="markov", causal=False, final=spread(2.0, seed), generation=9.0))
-    (place,) = verdicts.c7_leak(cells_of(runs)).places
+        runs.append(make_run(seed, data="markov", causal=True, final=spread(2.5, seed), generation=2.5))
+        runs.append(make_run(seed, data="markov", causal=False, final=spread(1.5, seed), generation=9.0))
+    (place,) = c7.c7_leak(cells_of(runs)).places
     assert place.shown[0].decision == FAILS  # not below the floor
     assert place.decision == HOLDS
 
@@ -490,7 +538,7 @@ def test_an_identical_rerun_of_one_seed_makes_no_interval():
     """The same seed run twice (a rerun into another sweep) is one run: n=1, no '95% CI 3..3'."""
     runs = [make_run(0, d_k=d, scale=s, final=f) for d in (64, 4096) for s, f in (("sqrt", 1.6), ("none", 2.5))]
     runs += [make_run(0, d_k=d, scale=s, final=f) for d in (64, 4096) for s, f in (("sqrt", 1.6), ("none", 2.5))]
-    place = verdicts.c4_stall(cells_of(runs))[0].places[0]
+    place = c4.c4_stall(cells_of(runs + reference_runs(1.6))).places[0]
     assert place.effect.stat.n == 1 and place.effect.text().endswith("(n=1)")
 
 

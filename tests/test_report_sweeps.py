@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from test_report_effects import SYNTHETIC, empty_png, grid_runs, make_run, write_run
+from test_report_effects import SYNTHETIC, cells_of, empty_png, grid_runs, make_run, reference_runs, write_run
 
 from andrea_exp.report import figures, run_status, screen, static, verdicts
 from andrea_exp.report.cells import failed_lines, group_experiments
@@ -29,8 +29,11 @@ def moved(run: Run, sweep: str, **config) -> Run:
 
 
 def statements(runs: list[Run]) -> dict[str, verdicts.Statement]:
-    cells = verdicts.Cells.of([c for e in group_experiments(runs) for c in e.cells])
-    return {s.id: s for s in screen.statements(cells, {})[0]}
+    """Every statement on the runs (reference runs among them set progress 1, judged nowhere)."""
+    return {s.id: s for s in screen.statements(cells_of(runs))[0]}
+
+
+TEXT_TOP = 1.6  # the text grid's reference runs end where its scaled causal cells do: progress 1 there
 
 
 def places(stmt: verdicts.Statement, drop=()) -> dict:
@@ -85,18 +88,18 @@ def lr_scan(lrs=(1e-4, 3e-4, 1.2e-3, 2.4e-3)) -> list[Run]:
 def test_an_lr_scan_beside_a_grid_is_read_as_both():
     grid = [moved(r, "grid", name="claims_120m", **{"train.lr": 6e-4}) for r in grid_runs("text")]
     scan = [moved(r, "scan") for r in lr_scan()]
-    alone, both = statements(grid), statements(grid + scan)
+    top = reference_runs(TEXT_TOP)
+    alone, both = statements(grid + top), statements(grid + scan + top)
     (experiment,) = group_experiments(grid + scan)
     assert "train.lr" in experiment.axes
     for cid in ("C3", "C4a", "C4b", "C5a", "C7", "C9"):
         assert alone[cid].verdict[0] != NOT_MEASURED
         assert both[cid].verdict[0] != NOT_MEASURED, cid
-        # every place of the grid alone is still there (now named at its LR), with the same seeds' values where
-        # they do not read the reference (the scan's 1.5 at 1e-4 is now the best causal loss: progress moves)
+        # every place of the grid alone is still there (now named at its LR), with the same seeds' values: progress
+        # reads the reference runs, never a judged cell, so the scan's 1.5 at 1e-4 moves no place of the grid
         grid_places, now = places(alone[cid], drop=("lr",)), places(both[cid], drop=("lr",))
         assert grid_places and grid_places.keys() <= now.keys(), cid
-        if cid != "C4b":
-            assert all(now[k] == v for k, v in grid_places.items()), cid
+        assert all(now[k] == v for k, v in grid_places.items()), cid
     # the LR-conditioned reading: the scanned cell at its best LR (1e-4: a tie with 3e-4 goes to the smaller)
     best = [p for p in both["C4b"].places if str(p.where.get("lr")).startswith("best")]
     assert [(p.where["d_k"], p.where["lr"]) for p in best] == [(64, "best 0.0001")]
@@ -146,16 +149,20 @@ def place_at(stmt, **want):
 
 def test_a_failed_cell_is_excluded_and_named_and_its_twin_is_not_measured():
     runs = grid_with_scaled_4096("failed")
-    stmts = statements(runs)
+    stmts = statements(runs + reference_runs(TEXT_TOP))
     # C5b: the scaled cell measured nothing (not "does not proceed"); the other d_k still vote
     c5b = place_at(stmts["C5b"], d_k=4096)
     assert c5b.decision == NOT_MEASURED and c5b.why == "its runs failed"
-    assert "not measured at d_k 4096 (lr 0.003 (grid)): its runs failed" in stmts["C5b"].verdict[1]
+    assert "not measured at d_k 4096 (lr 0.003 (grid)) (its runs failed)" in stmts["C5b"].verdict[1]
     assert place_at(stmts["C5b"], d_k=64).decision == HOLDS
     # C4b: the unscaled d_k 4096 cell stalls, but the twin it is read against failed
     c4b = place_at(stmts["C4b"], d_k=4096)
     assert c4b.decision == NOT_MEASURED and c4b.why == "its twin failed"
-    assert "not measured at d_k 4096 (lr 0.003): its twin failed" in stmts["C4b"].verdict[1]
+    assert "not measured at d_k 4096 (lr 0.003) (its twin failed)" in stmts["C4b"].verdict[1]
+    # C7: a causal twin that failed is one reason, not also "did not train": failed runs say why first
+    c7 = place_at(stmts["C7"], d_k=4096, scale="sqrt")
+    assert c7.why == "its twin failed" and c7.decision_text == "not measured: its twin failed" and not c7.votes
+    assert "not measured at d_k 4096 (scale sqrt) (its twin failed)" in stmts["C7"].verdict[1]
     # the cell keeps its failed runs apart, and the data box names each
     cells = [c for e in group_experiments(runs) for c in e.cells]
     (dead,) = [c for c in cells if c.excluded]
@@ -166,8 +173,15 @@ def test_a_failed_cell_is_excluded_and_named_and_its_twin_is_not_measured():
     assert len(failed) == 3
     assert failed[0].startswith("failed: OutOfMemoryError at step 9, excluded ([claims_grid] d_k=4096 scale=sqrt "
                                 "causal=True, seed 0, ")
-    # the references never read a failed run: the best causal loss is the scaled d_k 64 / 256 cells'
-    assert c.refs["claims_grid"].best_causal == pytest.approx(1.6)
+
+
+def test_a_failed_reference_run_never_sets_progress_1():
+    """Reference runs are split off before cells keep failed runs apart: the references leave them out too (one
+    counted at its step-0 loss, 5.0, would move progress 1 from 1.6 to 2.7)."""
+    failed = make_run(2, name="claims_grid_reference", max_steps=3000, status="failed", final=None, role="reference")
+    c = cells_of(grid_runs("text") + reference_runs(TEXT_TOP) + [failed])
+    assert c.refs["claims_grid"].reference == pytest.approx(TEXT_TOP)
+    assert len(c.refs["claims_grid"].reference_runs) == 2
 
 
 def test_the_written_report_names_the_failed_runs(tmp_path, monkeypatch):
@@ -177,14 +191,14 @@ def test_the_written_report_names_the_failed_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(static, "synthetic_softmax", lambda: SYNTHETIC[0])
     monkeypatch.setattr(figures, "drawn_in_parallel", contextlib.nullcontext)
     monkeypatch.setattr(figures, "_save", empty_png)
-    for i, run in enumerate(grid_with_scaled_4096("failed")):
+    for i, run in enumerate(grid_with_scaled_4096("failed") + reference_runs(TEXT_TOP)):
         write_run(tmp_path / "sweep" / str(i), run)
     path = write_report([str(tmp_path / "sweep")], tmp_path / "report", ["andrea-report", "sweep"])
     report, appendix = path.read_text(), (tmp_path / "report" / "appendix.md").read_text()
     named = [line for line in report.splitlines() if "failed: OutOfMemoryError at step 9, excluded" in line]
     assert len(named) == 3 and all(line.startswith("- WARNING: failed:") for line in named)
     (c4b,) = [line for line in report.splitlines() if line.startswith("| C4b |")]
-    assert "not measured at d_k 4096 (lr 0.003): its twin failed" in c4b
+    assert "not measured at d_k 4096 (lr 0.003) (its twin failed)" in c4b
     (row,) = [line for line in appendix.splitlines() if "| d_k=4096 scale=sqrt causal=True |" in line]
     assert "| failed 3 |" in row
 
@@ -194,7 +208,7 @@ def test_a_diverged_cell_votes_as_not_proceeding():
     cells = [c for e in group_experiments(runs) for c in e.cells]
     assert not any(c.excluded for c in cells)
     assert not failed_lines(cells)
-    stmts = statements(runs)
+    stmts = statements(runs + reference_runs(TEXT_TOP))
     # progress at its step-0 loss 5.0: (2.5 - 5.0) / (2.5 - 1.6) per seed, below 0.5
     c5b = place_at(stmts["C5b"], d_k=4096)
     assert c5b.decision == FAILS and c5b.effect.values == {s: pytest.approx(-2.5 / 0.9) for s in range(3)}

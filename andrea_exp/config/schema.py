@@ -283,6 +283,8 @@ class Config:
     name: str = setting(Text(), operational=True)
     cells_per_gpu: int = setting(Integer(1), operational=True)
     mps: Any = setting(Choice(("auto", True, False)), operational=True)
+    # what the report does with the run: judge it (a cell), or read it as progress 1 on its data only
+    report_role: str = setting(Choice(("judged", "reference")), operational=True)
 
 
 ConfigStore.instance().store(name="base_config", node=Config)

@@ -52,6 +52,12 @@ BPE_FILE = "tokenizer.json"
 EXTRA = "pip install 'andrea-exp[prepare]'"
 SPLIT_RULE = ("the joined token stream of N tokens is cut at N - ceil(N * val_fraction): train.bin holds the "
               "tokens before the cut, val.bin the rest")
+SPLITS = ("stream", "documents")
+DOCUMENT_SPLIT_RULE = ("each input file (or archive member) is a document, tokenized by itself; the D documents "
+                       "are taken in the order numpy.random.default_rng(split_seed).permutation(D) until their "
+                       "tokens reach ceil(N * val_fraction) of the N tokens, and those go to val.bin; train.bin "
+                       "and val.bin each hold their documents' tokens in input order, with no separator")
+PROVENANCE = "provenance.json"  # a folder input's record of where its documents came from (andrea_exp.corpora)
 GPT2_FETCH = "python -c \"import tiktoken; tiktoken.get_encoding('gpt2')\""
 
 
@@ -130,10 +136,12 @@ def corpus_name(inputs: Sequence[str], sources: Sequence[Source]) -> str:
     return f"the corpus {', '.join(map(repr, inputs))} ({len(sources)} file{'s' * (len(sources) != 1)}, {size} bytes)"
 
 
-def check_size(what: str, tokens: int, unit: str, val_fraction: float, seq_len: int) -> None:
+def check_size(what: str, tokens: int, unit: str, val_fraction: float, seq_len: int,
+               sizes: tuple[int, int] | None = None) -> None:
     """val.bin must hold MIN_VAL_WINDOWS windows of seq_len + 1 tokens, train.bin one; `tokens` is the
-    stream's length (for bpe and gpt2 before tokenizing: its bytes, an upper bound, as a token is >= 1 byte)."""
-    train, val = split_sizes(tokens, val_fraction)
+    stream's length (for bpe and gpt2 before tokenizing: its bytes, an upper bound, as a token is >= 1 byte);
+    `sizes` the (train, val) tokens of a document split, else SPLIT_RULE's."""
+    train, val = sizes or split_sizes(tokens, val_fraction)
     need_val, need_train = MIN_VAL_WINDOWS * (seq_len + 1), seq_len + 1
     if val < need_val or train < need_train:
         at_most = "at most " if unit == "bytes" else ""
@@ -147,6 +155,17 @@ def split_sizes(tokens: int, val_fraction: float) -> tuple[int, int]:
     """(train, val) token counts of SPLIT_RULE."""
     val = math.ceil(tokens * val_fraction)
     return tokens - val, val
+
+
+def held_out_documents(lengths: Sequence[int], val_fraction: float, seed: int) -> np.ndarray:
+    """Which documents DOCUMENT_SPLIT_RULE holds out (a bool per document), given each one's tokens."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(lengths.size)
+    want = math.ceil(int(lengths.sum()) * val_fraction)
+    taken = int(np.searchsorted(np.cumsum(lengths[order]), want)) + 1  # the first prefix that reaches `want`
+    held = np.zeros(lengths.size, dtype=bool)
+    held[order[:taken]] = True
+    return held
 
 
 # ------------------------------------------------------------------ tokenizers
@@ -232,15 +251,17 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="char", unit_scale=True, disable=None if total > 4 * CHUNK_CHARS else True)
 
 
-def _encode(encode_batch: Callable[[list[str]], list[list[int]]], text: str, desc: str) -> np.ndarray:
-    """Token ids of the whole text, tokenized in chunks of CHUNK_CHARS behind a progress bar."""
-    chunks, parts = text_chunks(text), []
-    with _progress(len(text), desc) as bar:
+def _encode(encode_batch: Callable[[list[str]], list[list[int]]], texts: Sequence[str], desc: str) -> list[np.ndarray]:
+    """Token ids of each text, tokenized in chunks of CHUNK_CHARS behind a progress bar."""
+    chunks = [(i, chunk) for i, text in enumerate(texts) for chunk in text_chunks(text)]
+    parts: list[list[np.ndarray]] = [[] for _ in texts]
+    with _progress(sum(map(len, texts)), desc) as bar:
         for at in range(0, len(chunks), 16):
             group = chunks[at : at + 16]
-            parts += [np.asarray(ids, dtype=TOKEN_DTYPE) for ids in encode_batch(group)]
-            bar.update(sum(map(len, group)))
-    return np.concatenate(parts) if parts else np.zeros(0, TOKEN_DTYPE)
+            for (i, _), ids in zip(group, encode_batch([chunk for _, chunk in group])):
+                parts[i].append(np.asarray(ids, dtype=TOKEN_DTYPE))
+            bar.update(sum(len(chunk) for _, chunk in group))
+    return [np.concatenate(p) if p else np.zeros(0, TOKEN_DTYPE) for p in parts]
 
 
 def new_bpe(tokenizers):
@@ -262,6 +283,11 @@ def train_bpe(tokenizers, text: str, vocab_size: int):
 
 def as_text(sources: Sequence[Source]) -> str:
     """The sources as one string; bytes outside UTF-8 are read as U+FFFD, with a note naming the file."""
+    return "".join(as_texts(sources))
+
+
+def as_texts(sources: Sequence[Source]) -> list[str]:
+    """Each source as a string, as as_text reads it."""
     parts = []
     for source in sources:
         try:
@@ -269,7 +295,7 @@ def as_text(sources: Sequence[Source]) -> str:
         except UnicodeDecodeError:
             parts.append(source.data.decode("utf-8", errors="replace"))
             print(f"[andrea-exp] note: {source.name}: bytes outside UTF-8 read as U+FFFD", file=sys.stderr)
-    return "".join(parts)
+    return parts
 
 
 @dataclass
@@ -278,24 +304,32 @@ class Tokenized:
     vocab_size: int
     tokenizer: dict  # meta.json's "tokenizer"
     bpe: object | None = None  # the trained tokenizers.Tokenizer, saved as BPE_FILE
+    lengths: list[int] | None = None  # tokens of each source, when tokenized one by one
 
 
-def tokenize(kind: str, sources: Sequence[Source], vocab_size: int | None, gpt2=None) -> Tokenized:
+def tokenize(kind: str, sources: Sequence[Source], vocab_size: int | None, gpt2=None,
+             by_document: bool = False) -> Tokenized:
+    """The sources' tokens: joined and tokenized as one text, or (by_document) each source by itself and
+    concatenated, with their lengths. A bpe tokenizer is trained on the joined text either way."""
     if kind == "bytes":
         ids = np.frombuffer(b"".join(s.data for s in sources), dtype=np.uint8).astype(TOKEN_DTYPE)
-        return Tokenized(ids, 256, {"kind": "bytes", "file": None})
-    text = as_text(sources)
+        return Tokenized(ids, 256, {"kind": "bytes", "file": None}, lengths=[len(s.data) for s in sources])
+    texts = as_texts(sources)
+    text = "".join(texts)
+    pieces = texts if by_document else [text]
     if kind == "gpt2":
-        ids = _encode(gpt2.encode_ordinary_batch, text, "tokenizing (gpt2)")
+        parts = _encode(gpt2.encode_ordinary_batch, pieces, "tokenizing (gpt2)")
         import tiktoken
 
-        return Tokenized(ids, gpt2.n_vocab, {"kind": "gpt2", "file": None, "encoding": gpt2.name,
-                                             "package": f"tiktoken {tiktoken.__version__}"})
+        return Tokenized(np.concatenate(parts), gpt2.n_vocab,
+                         {"kind": "gpt2", "file": None, "encoding": gpt2.name,
+                          "package": f"tiktoken {tiktoken.__version__}"}, lengths=[p.size for p in parts])
     tokenizers = import_tokenizers()
     tok = train_bpe(tokenizers, text, vocab_size)
-    ids = _encode(lambda group: [e.ids for e in tok.encode_batch(group)], text, "tokenizing (bpe)")
-    return Tokenized(ids, tok.get_vocab_size(), {"kind": "bpe", "file": BPE_FILE, "requested_vocab_size": vocab_size,
-                                                 "package": f"tokenizers {tokenizers.__version__}"}, tok)
+    parts = _encode(lambda group: [e.ids for e in tok.encode_batch(group)], pieces, "tokenizing (bpe)")
+    return Tokenized(np.concatenate(parts), tok.get_vocab_size(),
+                     {"kind": "bpe", "file": BPE_FILE, "requested_vocab_size": vocab_size,
+                      "package": f"tokenizers {tokenizers.__version__}"}, tok, [p.size for p in parts])
 
 
 def _runs_of_known_ids(decode: Callable[[list[int]], str], ids, vocab_size: int) -> str:
@@ -369,11 +403,12 @@ def references(train: np.ndarray, val_file: Path, val_tokens: int, vocab_size: i
                     f"(every window when they fit, at most {REFERENCE_WINDOWS}); {SMOOTHING}"}
 
 
-def write(out: Path, done: Tokenized, meta: dict, seq_len: int) -> dict:
-    """Write train.bin, val.bin, the tokenizer and meta.json, each whole under a temporary name and then
-    renamed, meta.json last (a directory without it is not prepared); return meta.json's content."""
+def write(out: Path, done: Tokenized, meta: dict, seq_len: int, train_n: int) -> dict:
+    """Write train.bin (the first train_n tokens), val.bin (the rest), the tokenizer and meta.json, each whole
+    under a temporary name and then renamed, meta.json last (a directory without it is not prepared);
+    return meta.json's content."""
     out.mkdir(parents=True, exist_ok=True)
-    train_n, val_n = split_sizes(done.ids.size, meta["split"]["val_fraction"])
+    val_n = done.ids.size - train_n
     tmp = {name: out / f".{name}.tmp{os.getpid()}" for name in ("train.bin", "val.bin", BPE_FILE, TOKEN_META)}
     try:
         done.ids[:train_n].tofile(tmp["train.bin"])
@@ -397,14 +432,49 @@ def write(out: Path, done: Tokenized, meta: dict, seq_len: int) -> dict:
     return meta
 
 
+# ------------------------------------------------------------------ the split by document
+
+
+def document_split(ids: np.ndarray, lengths: Sequence[int], held: np.ndarray, sources: Sequence[Source],
+                   listed: list[dict]) -> tuple[np.ndarray, int, dict]:
+    """The tokens reordered as train.bin's documents then val.bin's (each in input order), train.bin's
+    length, and meta.json's split counts; each entry of `listed` gains its split and tokens."""
+    ends = np.cumsum(lengths)
+    pieces = [ids[end - n : end] for end, n in zip(ends, lengths)]
+    order = [i for i in range(len(pieces)) if not held[i]] + [i for i in range(len(pieces)) if held[i]]
+    for i, entry in enumerate(listed):
+        entry |= {"split": "val" if held[i] else "train", "tokens": int(lengths[i])}
+    counts = {name: {"documents": int(sum(part)), "tokens": int(sum(n for n, h in zip(lengths, part) if h)),
+                     "bytes": int(sum(len(s.data) for s, h in zip(sources, part) if h))}
+              for name, part in (("train", ~held), ("val", held))}
+    train_n = counts["train"]["tokens"]
+    return np.concatenate([pieces[i] for i in order]), train_n, {"by": "document", **counts}
+
+
+def provenance(inputs: Sequence[str]) -> dict:
+    """{input: its PROVENANCE} for each folder input that has one."""
+    found = {}
+    for given in inputs:
+        file = Path(given).expanduser() / PROVENANCE
+        if file.is_file():
+            try:
+                found[given] = json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"input {given!r}: its {PROVENANCE} cannot be read ({err})") from None
+    return found
+
+
 # ------------------------------------------------------------------ the command
 
 
 def prepare(inputs: Sequence[str], out: Path, tokenizer: str = "bytes", vocab_size: int | None = None,
-            include: str | None = None, val_fraction: float = 0.1, seq_len: int = 1024, force: bool = False) -> dict:
+            include: str | None = None, val_fraction: float = 0.1, seq_len: int = 1024, force: bool = False,
+            split: str = "stream", split_seed: int = 0) -> dict:
     """Prepare `out` from the inputs; return {"up_to_date": bool, "meta": meta.json's content}."""
     if tokenizer not in TOKENIZERS:
         raise ConfigError(f"--tokenizer must be one of {', '.join(TOKENIZERS)}; got {tokenizer!r}")
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}; got {split!r}")
     if vocab_size is not None and tokenizer != "bpe":
         raise ConfigError(f"--vocab-size is read only by --tokenizer bpe; got --vocab-size {vocab_size} with "
                           f"--tokenizer {tokenizer}")
@@ -434,11 +504,20 @@ def prepare(inputs: Sequence[str], out: Path, tokenizer: str = "bytes", vocab_si
     check_size(what, size, "tokens" if tokenizer == "bytes" else "bytes", val_fraction, seq_len)
     settings = {"format": FORMAT, "tokenizer": tokenizer, "vocab_size": vocab_size, "val_fraction": val_fraction,
                 "seq_len": seq_len}
+    if split == "documents":  # only then: a stream split's settings stay what earlier preparations recorded
+        settings |= {"split": split, "split_seed": split_seed}
     listed = [{"path": s.name, "bytes": len(s.data), "sha256": sha256(s.data)} for s in sources]
     if not force and up_to_date(out, settings, listed):
         return {"up_to_date": True, "meta": json.loads((out / TOKEN_META).read_text(encoding="utf-8"))}
-    done = tokenize(tokenizer, sources, vocab_size, gpt2)
-    if tokenizer != "bytes":
+    done = tokenize(tokenizer, sources, vocab_size, gpt2, by_document=split == "documents")
+    split_meta = {"rule": SPLIT_RULE, "val_fraction": val_fraction}
+    train_n = split_sizes(done.ids.size, val_fraction)[0]
+    if split == "documents":
+        held = held_out_documents(done.lengths, val_fraction, split_seed)
+        done.ids, train_n, split_meta = document_split(done.ids, done.lengths, held, sources, listed)
+        split_meta |= {"rule": DOCUMENT_SPLIT_RULE, "val_fraction": val_fraction, "split_seed": split_seed}
+        check_size(what, int(done.ids.size), "tokens", val_fraction, seq_len, (train_n, int(done.ids.size) - train_n))
+    elif tokenizer != "bytes":
         check_size(what, int(done.ids.size), "tokens", val_fraction, seq_len)
     joined = hashlib.sha256()
     for s in sources:
@@ -449,14 +528,17 @@ def prepare(inputs: Sequence[str], out: Path, tokenizer: str = "bytes", vocab_si
         "vocab_size": int(done.vocab_size),
         "dtype": "uint16 little-endian",
         "tokens": None,  # filled by write()
-        "split": {"rule": SPLIT_RULE, "val_fraction": val_fraction},
+        "split": split_meta,
         "inputs": listed,
         "include": include or DEFAULT_INCLUDE,
         "corpus": {"bytes": size, "sha256": joined.hexdigest(),
                    "joined": "the inputs in this order, byte for byte, with no separator"},
         "settings": settings,
     }
-    return {"up_to_date": False, "meta": write(out, done, meta, seq_len)}
+    described = provenance(inputs)
+    if described:
+        meta["provenance"] = described
+    return {"up_to_date": False, "meta": write(out, done, meta, seq_len, train_n)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,10 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=1024, help="training context: val.bin must hold "
                                                                   f"{MIN_VAL_WINDOWS} windows of it (1024)")
     parser.add_argument("--force", action="store_true", help="prepare again even when up to date")
+    parser.add_argument("--split", default="stream", help="stream: val.bin is the end of the joined tokens; "
+                                                          "documents: a seeded choice of whole input files (stream)")
+    parser.add_argument("--split-seed", type=int, default=0, help="the seed of --split documents' choice (0)")
     args = parser.parse_args(argv)
     try:
         result = prepare(args.inputs, args.out, args.tokenizer, args.vocab_size, args.include, args.val_fraction,
-                         args.seq_len, args.force)
+                         args.seq_len, args.force, args.split, args.split_seed)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,10 +8,12 @@ straddling it -> "inconclusive". One seed gives no interval: the value decides a
 
 Progress is read on a scale that means the same on every corpus: 0 at the data's bigram level (what a model
 whose attention does not work still reaches through its embeddings and MLP), 1 at the reference: the exact
-floor where the source knows it, else the best causal held-out loss among the experiment's cells (an upper
-bound on the floor). A run that diverged counts at its step-0 loss; a run that failed for a reason outside
-training (out of memory, killed, an error, interrupted) does not vote: the data box names it, and a place that
-needs it is not measured and says so.
+floor where the source knows it, else the held-out loss of the reference runs trained on the same data for
+that purpose (config `report_role: reference`; andrea_exp.report.reference), which no statement judges. With
+neither, progress is not measured: a judged cell never sets the scale it is judged on.
+A run that diverged counts at its step-0 loss; a run that failed for a reason outside training (out of memory,
+killed, an error, interrupted) does not vote: the data box names it, and a place that needs it is not measured
+and says so (Place.why, the one reason a place does not vote, whatever the cause).
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from dataclasses import dataclass, field
 
 from andrea_exp.report.bestlr import final_loss, lr_groups
 from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.reference import matching
+from andrea_exp.report.run_status import finished, votes
 from andrea_exp.report.runs import Run
-from andrea_exp.report.seeds import EARLY_WINDOW, paired, window_mean
+from andrea_exp.report.seeds import EARLY_WINDOW, paired, seed_vote, window_mean
 from andrea_exp.report.stats import Stat, stat
 from andrea_exp.runs import metric_keys as mk
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "does not hold", "inconclusive", "not measured"
+BY_CONSTRUCTION = "by construction at init"  # a step-0 value the initialisation sets: not evidence
 
 # Thresholds, each with why (printed in the report's rules section).
 THRESHOLDS = {
@@ -45,6 +50,8 @@ THRESHOLDS = {
                   "0.1 nats and 3 standard errors"),
     "GROWTH": (0.1, "C2: the sqrt(d_k) law holds when the log-log slope of the unscaled score std over d_k is "
                     "within 0.1 of 0.5"),
+    "TRAINED": (0.1, "C7: a causal twin trained when its held-out loss ends at least 0.1 nats below the bigram "
+                     "level (its attention did something); a leak against a twin that did not is not measured"),
     "FLAT": (1.0, "C9: the divisor keeps the row gradient flat when it changes by less than a factor 10 "
                   "(|log10| < 1) from the smallest to the largest d_k; without it, it falls when it drops by more"),
 }
@@ -107,20 +114,41 @@ class Place:
     effect: Effect
     also: list[Effect] = field(default_factory=list)  # a place holds only if these hold too
     shown: list[Effect] = field(default_factory=list)  # printed beside it, not deciding (a stronger, sufficient test)
+    unmeasurable: str = ""  # why the claim cannot be read here (e.g. "neither twin trained"): it does not vote
+    by_construction: bool = False  # its premise is the initialisation itself: shown, not counted as evidence
+
+    @property
+    def why(self) -> str:
+        """Why the place does not vote ("" when it does): runs behind its effects that failed ('its twin
+        failed': whatever else is said of them is moot), else the reason its claim module gave."""
+        return next((e.why for e in (self.effect, *self.also) if e.why), "") or self.unmeasurable
+
+    @property
+    def votes(self) -> bool:
+        return not self.why and not self.by_construction
 
     @property
     def decision(self) -> str:
+        if self.why:
+            return NOT_MEASURED
+        return self.measured_decision
+
+    @property
+    def decision_text(self) -> str:
+        if self.why:
+            return f"{NOT_MEASURED}: {self.why}"
+        if self.by_construction:
+            return f"{BY_CONSTRUCTION} ({self.measured_decision})"
+        return self.decision
+
+    @property
+    def measured_decision(self) -> str:
         decisions = [self.effect.decision, *(e.decision for e in self.also)]
         if NOT_MEASURED in decisions:
             return NOT_MEASURED
         if FAILS in decisions:
             return FAILS
         return INCONCLUSIVE if INCONCLUSIVE in decisions else HOLDS
-
-    @property
-    def why(self) -> str:
-        """Why the place is not measured, where failed runs are the reason."""
-        return next((e.why for e in (self.effect, *self.also) if e.why), "")
 
     def label(self) -> str:
         return where_text(self.where)
@@ -168,13 +196,14 @@ class References:
     unigram: float | None
     bigram: float | None
     log_vocab: float | None
-    best_causal: float | None
+    reference: float | None  # mean held-out loss of the reference runs on this data (None: none trained)
     l0: float | None
+    reference_runs: list = field(default_factory=list)
 
     @property
     def top(self) -> float | None:
-        """Progress 1: the floor where known, else the best causal loss."""
-        return self.floor if self.floor is not None else self.best_causal
+        """Progress 1: the floor where known, else the reference runs' loss; None when neither exists."""
+        return self.floor if self.floor is not None else self.reference
 
     @property
     def bottom(self) -> float | None:
@@ -183,7 +212,7 @@ class References:
 
     @property
     def top_name(self) -> str:
-        return "floor" if self.floor is not None else "best causal loss"
+        return "floor" if self.floor is not None else "reference run" if self.reference is not None else "none"
 
     @property
     def bottom_name(self) -> str:
@@ -195,16 +224,47 @@ class References:
         return (self.bottom - loss) / (self.bottom - self.top)
 
 
-def references(cells: list[Cell]) -> References:
+def references(cells: list[Cell], reference_runs: list[Run] = ()) -> References:
+    """The levels of one experiment's cells; `reference_runs` (report_role: reference) on the same data set
+    progress 1 where no floor is known, those that failed left out (run_status). The judged cells never do."""
     runs = [run for cell in cells for run in cell.runs]
     floor = mean_of(runs, mk.EVAL_FLOOR)
-    causal = [cell for cell in cells if cell.get("model.causal") in (True, "true", "True")]
-    means = [stat(loss_or_l0(r) for r in cell.runs) for cell in causal]
-    best = min((m.mean for m in means if m.n), default=None)
+    ref_runs = [r for r in matching(list(reference_runs), runs) if votes(r)]  # split off before cells drop failed runs
+    ref = stat(loss_or_l0(r) for r in ref_runs)
     l0 = stat(r.initial_loss() for r in runs)
     return References(floor if floor is not None and math.isfinite(floor) else None,
                       mean_of(runs, mk.DATA_UNIGRAM_XENT), mean_of(runs, mk.DATA_BIGRAM_XENT),
-                      mean_of(runs, mk.DATA_LOG_VOCAB), best, l0.mean if l0.n else None)
+                      mean_of(runs, mk.DATA_LOG_VOCAB), ref.mean if ref.n else None, l0.mean if l0.n else None,
+                      ref_runs)
+
+
+def trains(runs: list[Run], refs: References) -> bool:
+    """Whether an LR trains a cell, on the verdicts' scale: >= 2/3 of its seeds finish with progress >= PROCEED
+    (half way from the bigram level to the floor or reference run); where progress is not measured (no floor,
+    no reference run), ending TRAINED below the bigram level, as C7's twins."""
+    below = trained_below_bigram(refs)
+    def ok(run: Run) -> bool:
+        if not finished(run):
+            return False
+        if refs.top is None:
+            return below(run)
+        prog = refs.progress(loss_or_l0(run))
+        return prog is not None and prog >= threshold("PROCEED")
+    return seed_vote(ok(r) for r in runs)
+
+
+def trains_rule(refs: References) -> str:
+    return (f"progress >= {threshold('PROCEED'):g}" if refs.top is not None
+            else f"held-out loss {threshold('TRAINED'):g} below the bigram level (no floor, no reference run)")
+
+
+def trained_below_bigram(refs: References) -> Callable[[Run], bool]:
+    """Whether a run trained: its held-out loss (step-0 loss if it diverged) ends at least TRAINED
+    below the bigram level (progress 0)."""
+    def trained(run: Run) -> bool:
+        loss = loss_or_l0(run)
+        return refs.bottom is not None and loss is not None and loss <= refs.bottom - threshold("TRAINED")
+    return trained
 
 
 def progress_of(refs: References) -> Callable[[Run], float | None]:
@@ -238,11 +298,13 @@ def twins(cells: list[Cell], axis: str, a, b) -> list[tuple[dict, Cell, Cell]]:
 paired_values = paired
 
 
-TINY_GRADIENT = 1e-30  # a row gradient of exactly 0 (underflow) counts as this: vanished, not unmeasured
+TINY_GRADIENT = 1e-30  # a row gradient of exactly 0 (underflow) beside a non-zero one counts as this: vanished
 
 
 def log10_ratio(x: float, y: float) -> float | None:
-    if x < 0 or y < 0:
+    """log10(x / y). Both exactly 0: no ratio exists, the seed does not vote (a clamp would read it as 0).
+    One of them 0: it vanished, read at TINY_GRADIENT (the sign, not the size, is what decides)."""
+    if x < 0 or y < 0 or (x == 0 and y == 0):
         return None
     return math.log10(max(x, TINY_GRADIENT) / max(y, TINY_GRADIENT))
 

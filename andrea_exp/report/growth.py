@@ -10,16 +10,14 @@ from pathlib import Path
 from andrea_exp.report import figures
 from andrea_exp.report.bestlr import capped_final
 from andrea_exp.report.cells import LR, Cell
-from andrea_exp.report.claims.common import run_progress
+from andrea_exp.report.effects import References, references, trains_rule
+from andrea_exp.report.effects import trains as trains_on_scale
 from andrea_exp.report.lr import lr_sensitivity
-from andrea_exp.report.run_status import finished
-from andrea_exp.report.seeds import seed_vote
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.runs import metric_keys as mk
 
 EXPERIMENT = "extras"
-TRAINS_PROGRESS = 0.5  # an LR "trains" a cell when >= 2/3 of its seeds finish with progress >= 0.5
 CURVE_KEYS = (mk.ATTN_SCORE_MAX, mk.ATTN_QK_SPECTRAL, mk.ATTN_ENTROPY)
 BASELINE = "scale=sqrt ln=False"
 
@@ -28,8 +26,9 @@ def fix_of(cell: Cell) -> str:
     return f"scale={cell.get('model.scale')} ln={bool(cell.get('model.qk_layernorm'))}"
 
 
-def trains(cell: Cell) -> bool:
-    return seed_vote(finished(r) and run_progress(r) >= TRAINS_PROGRESS for r in cell.runs)
+def trains(cell: Cell, refs: References) -> bool:
+    """On the verdicts' progress scale (effects.trains): the same "trains" as C5b's "proceeds"."""
+    return trains_on_scale(cell.runs, refs)
 
 
 def grouped(cells: list[Cell]) -> dict[tuple, dict[float, Cell]]:
@@ -91,35 +90,39 @@ def growth_row(by_lr: dict[float, Cell], lr: float) -> list[str]:
     return out
 
 
-def curve_lr(groups: dict, d_k) -> float | None:
+def curve_lr(groups: dict, d_k, refs: References) -> float | None:
     """The LR the curves are drawn at: the smallest at which the baseline fails to train, else the largest."""
     base = groups.get((d_k, BASELINE), {})
-    failing = [lr for lr, cell in sorted(base.items()) if not trains(cell)]
+    failing = [lr for lr, cell in sorted(base.items()) if not trains(cell, refs)]
     lrs = sorted({lr for (d, _), by_lr in groups.items() if d == d_k for lr in by_lr})
     return failing[0] if failing else (lrs[-1] if lrs else None)
 
 
-def growth_section(cells: list[Cell], fig_path: Path) -> str:
+def growth_section(cells: list[Cell], fig_path: Path, refs: dict[str, References] | None = None) -> str:
+    """`refs`: experiment label -> its references (the verdicts'); computed from the cells where not given."""
+    groups = grouped(cells)
+    label = next((c.experiment for by_lr in groups.values() for c in by_lr.values()), None)
+    ref = (refs or {}).get(label) or references([c for by_lr in groups.values() for c in by_lr.values()])
     intro = ("## Logit growth and its fixes\n\n"
              "The `extras` experiment: the divisor 1/sqrt(d_k) against 1/d_k (muP), QK-LayerNorm off/on, per d_k, "
-             f"over LRs. An LR trains a cell when >= 2/3 of its seeds finish with progress >= {TRAINS_PROGRESS}. "
+             f"over LRs. An LR trains a cell when >= 2/3 of its seeds finish with {trains_rule(ref)}, on the "
+             "verdicts' scale (0 at the bigram level, 1 at the floor or reference run). "
              "LR sensitivity (Wortsman et al. 2023) = mean over the LRs of [min(l(eta), l_0) - l*], per seed "
              "(l_0 its step-0 loss, l* its best final loss, a run that diverged at l_0), then over seeds.\n\n")
-    groups = grouped(cells)
     if not groups:
         return intro + f"**not measured**: no `{EXPERIMENT}` runs among the runs read; run `andrea-exp -m " \
                        f"experiment={EXPERIMENT} seed=0,1,2` and pass its sweep directory.\n"
     lrs = sorted({lr for by_lr in groups.values() for lr in by_lr})
     d_ks = sorted({d for d, _ in groups})
     shared = {d_k: shared_lrs(groups, d_k) for d_k in d_ks}  # per d_k, not per row: every row of it shares them
-    curve_at = {d_k: curve_lr(groups, d_k) for d_k in d_ks}
+    curve_at = {d_k: curve_lr(groups, d_k, ref) for d_k in d_ks}
     rows, growth_rows = [], []
     for (d_k, fix), by_lr in groups.items():
-        good = [lr for lr, c in by_lr.items() if trains(c)]
+        good = [lr for lr, c in by_lr.items() if trains(c, ref)]
         losses = [f"{stat(map(capped_final, by_lr[lr].runs)).mean:.3f}" if lr in by_lr else "-" for lr in lrs]
         value = str(sensitivity(by_lr, shared[d_k]))
         if not good:  # l* itself near l_0: a small value says the cell fails everywhere, not that it is robust
-            value += " (no LR trains: not comparable)"
+            value = f"never trains: not ranked ({value})"
         rows.append([d_k, fix, f"{max(good):g}" if good else "none", *losses,
                      f"{value} over lr {', '.join(f'{lr:g}' for lr in shared[d_k])}"])
         growth_rows.append([d_k, fix, f"{curve_at[d_k]:g}", *growth_row(by_lr, curve_at[d_k])])

@@ -8,16 +8,15 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp.report import CLAIMS_FILE, REPO_DIR, figures, rules, seeds
+from andrea_exp.report import CLAIMS_FILE, REPO_DIR, figures, reference, seeds
 from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
-from andrea_exp.report.claims import all_claims
+from andrea_exp.report.claims import all_evidence
 from andrea_exp.report.claims.common import ClaimResult
 from andrea_exp.report.growth import growth_section
 from andrea_exp.report.lr import lr_section
 from andrea_exp.report.rules import Check
 from andrea_exp.report.runs import load_runs
 from andrea_exp.report.screen import (
-    BUILT_IN,
     figures_section,
     first_screen,
     places_section,
@@ -29,13 +28,11 @@ from andrea_exp.report.seeds import MIN_STEPS, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
-from andrea_exp.report.verdicts import Cells
+from andrea_exp.report.verdicts import Cells, Statement
 from andrea_exp.runs import metric_keys as mk
 from andrea_exp.training.runfacts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
-THIN_WARNING = ("WARNING: a voted check behind this verdict rests on one seed of its place's several (the others "
-                "gave no value, e.g. did not train): a rerun can change the verdict")
 
 
 class NoRuns(ValueError):
@@ -171,39 +168,25 @@ def checks_table(checks: list[Check]) -> str:
     has_part = any("part" in c.where for c in checks)
     has_exp = any("experiment" in c.where for c in checks)
     header = (["part"] if has_part else []) + (["experiment"] if has_exp else []) + \
-        ["where", "value (mean ± std over seeds, n; per seed)", "threshold", "distance (> 0: passing side)", "pass"]
+        ["where", "value (mean ± std over seeds, n; per seed)", "threshold", "distance (> 0: passing side)",
+         "within the check's threshold"]
     rows = [([c.where.get("part", "")] if has_part else []) + ([c.where.get("experiment", "")] if has_exp else []) +
             [_where_text(c.where), c.value or "-", c.threshold or "-",
              "-" if c.distance is None else float(c.distance),
-             ("yes" if c.ok else "**no**") + ("" if c.vote else " (shown, not voted)")] for c in checks]
+             ("yes" if c.ok else "no") + ("" if c.vote else " (context)")] for c in checks]
     return md_table(header, rows)
 
 
-def claim_section(result: ClaimResult, out: Path) -> str:
-    v = result.verdict
-    voted = [c for c in result.checks if c.vote]
-    passed = sum(c.ok for c in voted)
-    lines = [f"## {result.id}: {result.title}", "",
-             f"Per-check rule: {v.verdict}" + (f" ({v.condition})" if v.condition else "") +
-             (" (the verdict of report.md is decided on effect sizes; this is the check-by-check detail)"
-              if result.id not in BUILT_IN else ""), ""]
-    lines += [thresholds_line(result), ""] if result.thresholds else []
-    lines += [SHORT_WARNING, ""] if any(c.short for c in voted) else []
-    thin = dict.fromkeys(" ".join(t for t in (c.where.get("part", ""), _where_text(c.where)) if t)
-                         for c in voted if c.thin)
-    lines += [THIN_WARNING + ": " + "; ".join(thin), ""] if thin else []
-    lines += [f"Voted checks passed: {passed} of {len(voted)} ({len(result.checks) - len(voted)} more shown, not "
-              f"voted). Rule: {result.rule}", ""]
-    failed = [c for c in voted if not c.ok]
-    if failed and passed:
-        lines += [f"Where it does not hold ({len(failed)} checks):", ""]
-        lines += [f"- {c.where.get('part', '') + ': ' if 'part' in c.where else ''}"
-                  f"{'[' + str(c.where['experiment']) + '] ' if 'experiment' in c.where else ''}"
-                  f"{_where_text(c.where)}: {c.value or 'fails'}" + (f" (needs {c.threshold})" if c.threshold else "")
-                  for c in failed[:12]]
-        lines += [f"- ... and {len(failed) - 12} more in the table below" if len(failed) > 12 else "", ""]
+def claim_section(result: ClaimResult, stmts: list[Statement], out: Path) -> str:
+    """A claim's statements with their verdicts (the report's), then the evidence under them: per-check
+    tables, figures, what was measured, notes. The checks decide nothing."""
+    lines = [f"## {result.id}: {result.title}", ""]
+    lines += [f"- {s.id} ({s.text}): **{s.verdict[0]}**" + (f" {s.verdict[1]}" if s.verdict[1] else "")
+              for s in stmts if s.id.startswith(result.id)] + [""]
+    lines += [SHORT_WARNING, ""] if any(c.short for c in result.checks) else []
+    lines += ["Evidence. " + (thresholds_line(result) if result.thresholds else ""), ""]
     if result.checks:
-        lines += [checks_table(result.checks), ""]
+        lines += [f"Per-check detail (evidence, not a verdict): {result.rule}", "", checks_table(result.checks), ""]
     for path in result.figures:
         rel = path.relative_to(out)
         lines += [f"Figure: ![{result.id}]({rel.as_posix()})", ""]
@@ -217,24 +200,8 @@ def claim_section(result: ClaimResult, out: Path) -> str:
 
 
 def thresholds_line(result: ClaimResult) -> str:
-    """The rule's constants, and the voted check nearest its threshold (the closest call)."""
-    text = "Thresholds: " + "; ".join(f"{k} = {v}" for k, v in result.thresholds.items())
-    near = [c for c in result.checks if c.vote and c.distance is not None]
-    if near:
-        c = min(near, key=lambda c: abs(c.distance))
-        place = " ".join(t for t in (c.where.get("part", ""), _where_text(c.where)) if t)
-        text += (f". Nearest voted check: {place}, distance {c.distance:.3g} "
-                 f"({'passes' if c.ok else 'fails'})")
-    return text
-
-
-def summary_table(results: list[ClaimResult]) -> str:
-    def warnings(r: ClaimResult) -> tuple[str, str]:
-        voted = [c for c in r.checks if c.vote]
-        return SHORT_WARNING if any(c.short for c in voted) else "", THIN_WARNING if any(c.thin for c in voted) else ""
-    rows = [[r.id, r.title, r.verdict.verdict, "; ".join(t for t in (r.verdict.condition, *warnings(r)) if t)]
-            for r in results]
-    return "## Verdicts\n\n" + md_table(["claim", "statement", "verdict", "condition / detail"], rows)
+    """The constants the evidence's checks use."""
+    return "Thresholds of the checks: " + "; ".join(f"{k} = {v}" for k, v in result.thresholds.items()) + "."
 
 
 APPENDIX = "appendix.md"
@@ -252,20 +219,20 @@ def short_header(argv: list[str], study: Study, machine: str | None, notes: list
 def write_report(roots: list[str], out: Path, argv: list[str], machine: str | None = None,
                  notes: list[str] | None = None) -> Path:
     """report.md (the first screen, figures, rules) and appendix.md (every place and check) under `out`."""
-    runs = load_runs(roots)
+    runs, reference_runs = reference.split(load_runs(roots))  # reference runs set the scale, judged nowhere
     if not runs:
         raise NoRuns(f"no runs under {', '.join(map(str, roots))} (a run directory holds .hydra/ and summary.json "
                      "or metrics.jsonl)")
     study = Study(runs, group_experiments(runs), out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    cells = Cells.of(study.cells)
+    cells = Cells.of(study.cells, reference_runs)
     with figures.drawn_in_parallel():
-        results = all_claims(study)
-        lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"))
-        growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"))
+        results = all_evidence(study)
+        lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"), cells.refs)
+        growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"), cells.refs)
         maps = copy_attention_maps(study.cells, out)
         figs = all_figures(cells, out / "figures")
-    stmts, screen_notes = statements(cells, {r.id: r for r in results})
+    stmts, screen_notes = statements(cells)
     report = [first_screen(cells, study.cells, stmts, screen_notes, short_header(argv, study, machine, notes or []),
                            APPENDIX), figures_section(figs, out), rules_section()]
     path = out / "report.md"
@@ -274,7 +241,7 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
                                                                 "# ANDREA attention claims: appendix", 1),
              "[The report](report.md) holds the verdicts; this page, the detail behind them.", "",
              places_section(stmts), cells_table(study.cells), ""]
-    parts += [claim_section(r, out) for r in results]
+    parts += [claim_section(r, stmts, out) for r in results]
     parts.append(lr_text)
     parts.append(growth_text)
     parts.append("## Attention maps\n")
@@ -283,7 +250,6 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
             parts.append(f"- {label}: " + " ".join(f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in paths))
     else:
         parts.append("No attention maps under the runs read (probe.maps_every = 0, or no probe).")
-    parts.append("\n## The per-check rules\n\n" + rules.__doc__.split("\n\n", 1)[1].strip() +
-                 "\n\n" + seeds.__doc__.split("\n\n", 1)[1].strip() + "\n")
+    parts.append("\n## The per-check evidence\n\n" + seeds.__doc__.split("\n\n", 1)[1].strip() + "\n")
     (out / APPENDIX).write_text("\n".join(parts) + "\n")
     return path

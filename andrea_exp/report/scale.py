@@ -14,7 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from andrea_exp.report import reference
 from andrea_exp.report.cells import group_experiments
+from andrea_exp.report.claims import all_statements
 from andrea_exp.report.effects import Place
 from andrea_exp.report.runs import Run, load_runs
 from andrea_exp.report.screen_figures import (
@@ -26,23 +28,10 @@ from andrea_exp.report.screen_figures import (
 )
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
-from andrea_exp.report.verdicts import (
-    Cells,
-    Statement,
-    c2_growth,
-    c3_peaked,
-    c4_stall,
-    c4_vanish,
-    c5_proceeds,
-    c5_unit_scale,
-    c7_leak,
-    c9_flat,
-    is_causal,
-)
+from andrea_exp.report.verdicts import Cells, Statement, is_causal
 from andrea_exp.runs import metric_keys as mk
 
 OUT_FILE = "chapter_scale.md"
-STATEMENTS = (c2_growth, c3_peaked, c4_vanish, c4_stall, c5_unit_scale, c5_proceeds, c7_leak, c9_flat)
 # settings that may differ between the two presets; each is printed for both
 CONDITIONS = ("model.name", "model.n_layer", "model.d_model", "model.n_head", "model.qk_init", "data.seq_len",
               "train.batch_size", "train.max_steps", "train.lr", "train.warmup_steps", "probe.batch_size")
@@ -50,12 +39,14 @@ IGNORED_AXES = ("init", "lr")  # differ by design between the presets: not part 
 
 
 def cells_of(runs: list[Run]) -> Cells:
-    return Cells.of([cell for e in group_experiments(runs) for cell in e.cells])
+    """The judged runs' cells; reference runs (report_role: reference) only set progress 1 on their data."""
+    judged, ref = reference.split(runs)
+    return Cells.of([cell for e in group_experiments(judged) for cell in e.cells], ref)
 
 
 def statements(runs: list[Run]) -> list[Statement]:
-    cells = cells_of(runs)
-    return [s[0] if isinstance(s, tuple) else s for s in (fn(cells) for fn in STATEMENTS)]
+    """The statements that rest on runs (the claims' registry; built-in checks are the same for both models)."""
+    return all_statements(cells_of(runs), source="runs")
 
 
 def logit_key(cells: list) -> str:
@@ -198,9 +189,11 @@ COST_HEADER = ["d_k", "scale", "causal", "runs", "tokens/s", "ms/step", "evals s
 
 
 def render(large: list[Run], small: list[Run], steps: list[Run] = (), lrs: list[Run] = (),
-           machine: str | None = None, figure_path: Path | None = None) -> str:
-    """chapter_scale.md's text: ANDREA-120M's runs (large) beside the small model's, and the calibration runs."""
-    big, little = statements(large), statements(small)
+           machine: str | None = None, figure_path: Path | None = None, references: list[Run] = ()) -> str:
+    """chapter_scale.md's text: ANDREA-120M's runs (large) beside the small model's, and the calibration runs.
+    `references`: report_role=reference runs; each model reads progress 1 from those on its data."""
+    ref_large, ref_small = reference.matching(list(references), large), reference.matching(list(references), small)
+    big, little = statements(large + ref_large), statements(small + ref_small)
     finished = sum(r.status == "finished" for r in large)
     lines = [
         "# At the chapter's scale: ANDREA-120M beside the small model, on the same tokens",
@@ -215,6 +208,11 @@ def render(large: list[Run], small: list[Run], steps: list[Run] = (), lrs: list[
         md_table(["setting", "ANDREA-120M", "small"], conditions_rows(large, small)),
         "",
         "## Verdicts",
+        "",
+        f"Progress 1 (C4b, C5b): reference runs on the model's data, judged nowhere: ANDREA-120M "
+        f"{reference.describe(ref_large)}, small {reference.describe(ref_small)}; the data (Shakespeare) has no "
+        "known floor, so without a reference run progress is not measured. Spans are the places' d_k "
+        "(C9: smallest->largest d_k of each model).",
         "",
         md_table(["statement", "", "ANDREA-120M", "small"], verdict_rows(big, little)),
         "",
@@ -250,14 +248,17 @@ def write(sweeps: Path, out: Path, machine: str | None = None) -> Path:
     """Read experiments/chapter_scale.sh's layout under `sweeps` and write out/chapter_scale.md."""
     large = load_runs(sorted(p for p in sweeps.glob("runs*") if p.is_dir()))
     small = load_runs([sweeps / "small"]) if (sweeps / "small").is_dir() else []
+    # reference runs (the `reference` stage) serve whichever model shares their data (T tells them apart)
+    refs = load_runs(sorted(p for p in sweeps.glob("reference*") if p.is_dir()))
     if not large or not small:
         raise SystemExit(f"andrea-report: {sweeps} needs runs*/ (experiment=claims_120m) and small/ (claims_grid)")
     optional = [load_runs([sweeps / name]) if (sweeps / name).is_dir() else []
                 for name in ("calibrate_steps", "calibrate_lr")]
+
     out.mkdir(parents=True, exist_ok=True)
     drawn = figure({"ANDREA-120M": cells_of(large), "small": cells_of(small)}, out)
     path = out / OUT_FILE
-    path.write_text(render(large, small, *optional, machine=machine,
+    path.write_text(render(large, small, *optional, machine=machine, references=refs,
                            figure_path=drawn.relative_to(out) if drawn else None))
     return path
 

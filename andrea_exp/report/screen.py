@@ -10,62 +10,22 @@ from collections import Counter
 from pathlib import Path
 
 from andrea_exp.report.cells import Cell, failed_lines
-from andrea_exp.report.claims.common import ClaimResult
+from andrea_exp.report.claims import all_statements
 from andrea_exp.report.effects import THRESHOLDS, References, best_lr_cells, loss_or_l0, progress_of
+from andrea_exp.report.reference import describe
 from andrea_exp.report.screen_figures import SCALE_LABEL, dks, grid_cells, pick_cell
 from andrea_exp.report.seeds import MIN_STEPS, is_short
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
-from andrea_exp.report.verdicts import (
-    Cells,
-    Statement,
-    c2_growth,
-    c3_peaked,
-    c4_stall,
-    c4_vanish,
-    c5_proceeds,
-    c5_unit_scale,
-    c7_leak,
-    c9_flat,
-)
+from andrea_exp.report.verdicts import Cells, Statement
 from andrea_exp.runs import metric_keys as mk
 
-# the per-check rule's words for a built-in check, in the words of the effect-size verdicts
-OLD_WORDS = {"holds only under a stated condition": "holds where", "partly holds": "holds where"}
-BUILT_IN = {"C1", "C6", "C8"}  # decided on the pipeline itself (no training): the same on every data source
 
-
-def statements(c: Cells, old: dict[str, ClaimResult]) -> tuple[list[Statement], list[str]]:
-    """Every statement in claim order, and the notes the first screen prints under the table."""
-    c3, crossing = c3_peaked(c)
-    stall, _ = c4_stall(c)
-    out = []
-    for cid in ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9"):
-        if cid in BUILT_IN and cid in old:
-            r = old[cid]
-            out.append(Statement(cid, r.title, [], None, "exact check of the pipeline", "built-in",
-                                 fixed_verdict=(OLD_WORDS.get(r.verdict.verdict, r.verdict.verdict),
-                                                r.verdict.condition)))
-        elif cid == "C2":
-            out.append(c2_growth(c))
-            if "C2" in old:
-                r = old["C2"]
-                out.append(Statement("C2b", "the magnitudes 8 / 16 / 64 at d_k 64 / 256 / 4096", [], None,
-                                     "unit-variance q, k components (synthetic and the model at init)", "built-in",
-                                     fixed_verdict=(OLD_WORDS.get(r.verdict.verdict, r.verdict.verdict),
-                                                    r.verdict.condition)))
-        elif cid == "C3":
-            out.append(c3)
-        elif cid == "C4":
-            out += [c4_vanish(c), stall]
-        elif cid == "C5":
-            out += [c5_unit_scale(c), c5_proceeds(c)]
-        elif cid == "C7":
-            out.append(c7_leak(c))
-        elif cid == "C9":
-            out.append(c9_flat(c))
-    notes = [f"C3: {crossing}."]
-    return out, notes
+def statements(c: Cells) -> tuple[list[Statement], list[str]]:
+    """Every statement in claim order (the claims' registry), and the notes the first screen prints under the
+    table."""
+    out = all_statements(c)
+    return out, [f"{s.id}: {note}." for s in out for note in s.notes]
 
 
 def data_box(c: Cells, cells: list[Cell]) -> tuple[str, list[str]]:
@@ -82,10 +42,10 @@ def data_box(c: Cells, cells: list[Cell]) -> tuple[str, list[str]]:
         seq_lens.add(cfg.get("data.seq_len"))
         seeds = Counter(len(x.runs) for x in exp)
         rows.append([label, source, cfg.get("data.seq_len"), cfg.get("train.max_steps"), num(refs.floor, "unknown"),
-                     num(refs.unigram), num(refs.bigram), num(refs.log_vocab), num(refs.best_causal),
+                     num(refs.unigram), num(refs.bigram), num(refs.log_vocab), reference_text(refs),
                      ", ".join(f"{n}" for n in sorted(seeds))])
     table = md_table(["experiment", "source", "T", "steps", "floor", "unigram", "bigram", "log V",
-                      "best causal loss", "seeds per cell"], rows)
+                      "reference run (progress 1 without a floor)", "seeds per cell"], rows)
     warnings = []
     if len(seq_lens) > 1:
         warnings.append(f"experiments differ in T ({', '.join(map(str, sorted(seq_lens)))}): each is read "
@@ -103,14 +63,25 @@ def data_box(c: Cells, cells: list[Cell]) -> tuple[str, list[str]]:
     return table, warnings
 
 
+def reference_text(refs: References) -> str:
+    """The reference runs' loss and what they are; never a judged cell's."""
+    if refs.reference is None:
+        return "none" + (" (not needed: floor known)" if refs.floor is not None else ": progress not measured")
+    return f"{refs.reference:.3f} ({describe(refs.reference_runs)}; not judged)"
+
+
 def num(value, missing: str = "-") -> str:
     return missing if value is None or not math.isfinite(value) else f"{value:.3f}"
 
 
 def reference_line(c: Cells) -> str:
     tops = sorted({r.top_name for r in c.refs.values()})
-    return ("Progress: 0 at the experiment's bigram level (attention not used), 1 at its "
-            + " / ".join(tops) + (" (an upper bound on the unknown floor)" if "best causal loss" in tops else "")
+    top = " / ".join(t for t in tops if t != "none")
+    return ("Progress: 0 at the experiment's bigram level (attention not used), 1 at its " + (top or "-")
+            + (" (a run trained for that purpose and judged nowhere: an upper bound on the unknown floor)"
+               if "reference run" in tops else "")
+            + ("; where the data has no floor and no reference run, progress is not measured" if "none" in tops
+               else "")
             + ". Effects: mean [95% t interval] over seeds; paired per seed with the twin where one is named.")
 
 
@@ -144,12 +115,17 @@ def grid_matrix(c: Cells) -> str:
                 continue
             held = stat(map(loss_or_l0, cell.runs)).mean
             gen = stat(r.last(mk.EVAL_LOSS_GENERATION) for r in cell.runs).mean
-            p = stat(map(prog, cell.runs)).mean
-            row.append(f"{held:.2f} / {gen:.2f} / {p:.2f}")
+            if m:  # progress reads the causal loss; an unmasked cell's loss is the leak's, shown as the leak
+                p = stat(map(prog, cell.runs))
+                row.append(f"{held:.2f} / {gen:.2f} / {p.mean:.2f}" if p.n else f"{held:.2f} / {gen:.2f} / -")
+            else:
+                twin = pick_cell(grid, **{"model.d_k": dk, "model.scale": s, "model.causal": True})
+                leak = stat(map(loss_or_l0, twin.runs)).mean - held if twin is not None else math.nan
+                row.append(f"{held:.2f} / {gen:.2f} / leak {leak:.2f}")
         rows.append(row)
     lr = grid[0].get("train.lr")
     head = (f"The grid ({grid[0].experiment}, lr {lr}, {len(grid[0].runs)} seeds): held-out loss / at generation / "
-            "progress, mean over seeds")
+            "progress (masked cells) or leak: the causal twin's loss minus this one (unmasked), mean over seeds")
     return head + "\n\n" + md_table(["d_k"] + [f"{SCALE_LABEL[s]}, {'mask' if m else 'no mask'}" for s, m in cols],
                                     rows)
 
@@ -180,7 +156,8 @@ def rules_section() -> str:
              verdicts.__doc__.split("\n\n", 1)[1].strip(), "", "Thresholds:", ""]
     lines += [f"- {name} = {value:g}: {why}" for name, (value, why) in THRESHOLDS.items()]
     lines += ["", "C1, C6, C8 and C2's magnitudes are decided by exact checks of the pipeline (no training): "
-              "the same on every data source."]
+              "each check is a place decided on its own signed distance from its threshold; the same on every "
+              "data source."]
     return "\n".join(lines) + "\n"
 
 
@@ -193,7 +170,7 @@ def places_section(stmts: list[Statement]) -> str:
         verdict, condition = s.verdict
         lines += [f"### {s.id}: {s.text}: {verdict}", "", condition, ""]
         rows = [[p.label(), p.effect.name, p.effect.text(), "; ".join(f"{e.name}: {e.text()}" for e in p.also) or "-",
-                 p.decision, "; ".join(f"{e.name}: {e.text()}" for e in p.shown) or "-"] for p in s.places]
+                 p.decision_text, "; ".join(f"{e.name}: {e.text()}" for e in p.shown) or "-"] for p in s.places]
         lines += [md_table(["place", "effect", "mean [95% CI] (n)", "also needed", "decision", "shown, not deciding"],
                            rows), ""]
     return "\n".join(lines)

@@ -5,18 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Student's t, two-sided 95% (the 0.975 quantile), for 1..30 degrees of freedom; beyond, the normal 1.96
-# is within 2% (no scipy here: the table is the standard one, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
+from scipy.stats import t as student_t
 
 
 def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with df degrees of freedom (df >= 1)."""
+    """The 0.975 quantile of Student's t with df degrees of freedom (df >= 1), exact at every df."""
     if df < 1:
         raise ValueError(f"t975 needs df >= 1; got {df}")
-    return T975[df - 1] if df <= len(T975) else 1.96
+    return float(student_t.ppf(0.975, df))
 
 
 @dataclass

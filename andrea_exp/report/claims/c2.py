@@ -6,16 +6,19 @@ import math
 
 from andrea_exp.model.attention import scale_factor
 from andrea_exp.report import figures, static
+from andrea_exp.report.cells import INIT_ONLY, Cell
 from andrea_exp.report.claims.common import (
     ClaimResult,
     at_init,
 )
-from andrea_exp.report.rules import Check, verdict
+from andrea_exp.report.effects import PHASES, Effect, Place, paired_values, threshold
+from andrea_exp.report.rules import Check
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import seed_check
 from andrea_exp.report.stats import Stat, stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import Cells, Statement, exact_places, is_causal
 from andrea_exp.runs import metric_keys as mk
 
 C2_SYNTH_TOL = 0.10  # random vectors: |std / claimed - 1| <= 10 %
@@ -51,17 +54,27 @@ def per_seed(runs: list[Run], fn) -> Stat:
     return stat(seed_values(runs, fn).values())
 
 
-def claim(study: Study) -> ClaimResult:
-    synth = static.dot_product_std()
-    checks, rows = [], []
-    for r in synth:
+def synthetic_checks(premises=(("random, unit-variance components", "unit_variance"),)) -> list[Check]:
+    """The claimed std at each d_k against random vectors (C2b's premise: unit-variance components; the
+    evidence shows unit-norm vectors beside them, where the numbers are not expected)."""
+    checks = []
+    for r in static.dot_product_std():
         claimed = static.CLAIMED_DOT_STD[r["d_k"]]
-        for premise, key in (("random, unit-variance components", "unit_variance"), ("random, unit-norm", "unit_norm")):
+        for premise, key in premises:
             ok = abs(r[key] / claimed - 1) <= C2_SYNTH_TOL
             checks.append(Check({"premise": premise, "d_k": r["d_k"]}, ok, value=f"{r[key]:.4g}",
                                 threshold=f"{claimed:g} ± {C2_SYNTH_TOL:.0%}",
                                 distance=C2_SYNTH_TOL - abs(r[key] / claimed - 1)))
-        rows.append([r["d_k"], claimed, r["unit_variance"], r["unit_norm"], 1 / math.sqrt(r["d_k"])])
+    return checks
+
+
+def claim(study: Study) -> ClaimResult:
+    """The evidence: random vectors and the model's q.k at step 0 per init (tables and figure)."""
+    synth = static.dot_product_std()
+    checks = synthetic_checks((("random, unit-variance components", "unit_variance"),
+                               ("random, unit-norm", "unit_norm")))
+    rows = [[r["d_k"], static.CLAIMED_DOT_STD[r["d_k"]], r["unit_variance"], r["unit_norm"], 1 / math.sqrt(r["d_k"])]
+            for r in synth]
     # per experiment: two experiments may hold the same seed's identical initial model, which must not count twice
     model_groups: dict[tuple, list[Run]] = {}
     for cell in study.claim_cells:
@@ -110,5 +123,47 @@ def claim(study: Study) -> ClaimResult:
         "qk_init=unit (q, k components of about unit variance: the claim's premise), gpt2 (std 0.02) and torch "
         "(PyTorch's default), premises where the claim is not expected to hold; the verdict names the premises "
         "where it holds.",
-        checks, verdict(checks), tables=tables, figures=[path], notes=notes,
+        checks, tables=tables, figures=[path], notes=notes,
         thresholds={"C2_SYNTH_TOL": C2_SYNTH_TOL, "C2_MODEL_TOL": C2_MODEL_TOL})
+
+
+# ---------------------------------------------------------------- the statements (the verdicts)
+
+
+def c2_growth(c: Cells) -> Statement:
+    """The unscaled score std's log-log slope over d_k, smallest to largest d_k, per seed."""
+    places = []
+    cells = [x for x in c.training + c.init_only
+             if x.get("model.scale") == "none" and (x.kind == INIT_ONLY or is_causal(x))]
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(f"{cell.experiment}|{cell.get('model.qk_init')}", []).append(cell)
+    seen = set()
+    for group in groups.values():
+        group = sorted(group, key=lambda x: float(x.get("model.d_k")))
+        lo, hi = group[0], group[-1]
+        init = lo.get("model.qk_init")
+        if len(group) < 2 or init in seen:
+            continue
+        seen.add(init)
+        span = math.log(float(hi.get("model.d_k")) / float(lo.get("model.d_k")))
+        key = mk.ATTN_SCORE_STD
+        values = paired_values(hi, lo, PHASES["init"](key), PHASES["init"](key),
+                               lambda a, b: math.log(a / b) / span if a > 0 and b > 0 else None)
+        # step 0 only: the initialisation sets q, k's scale, so the slope is shown, not counted as evidence
+        places.append(Place({"init": init, "d_k": f"{lo.get('model.d_k')}->{hi.get('model.d_k')}"},
+                            Effect("slope of log std(q.k) over log d_k at step 0", values,
+                                   0.5 - threshold("GROWTH"), 0.5 + threshold("GROWTH")), by_construction=True))
+    head = next((p for p in places if p.where["init"] == "unit"), places[0] if places else None)
+    return Statement("C2a", "q.k grows like sqrt(d_k) (the law)", places, head,
+                     "slope 0.5 (std proportional to sqrt(d_k))")
+
+
+def magnitudes(c: Cells) -> Statement:
+    """C2b: the chapter's numbers on random vectors (no training), each an exact check of the pipeline."""
+    return Statement("C2b", "the magnitudes 8 / 16 / 64 at d_k 64 / 256 / 4096", exact_places(synthetic_checks()),
+                     None, "unit-variance q, k components (random vectors)", "built-in")
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [c2_growth(c), magnitudes(c)]

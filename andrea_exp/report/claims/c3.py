@@ -5,8 +5,10 @@ Where it does not (e.g. small-std q/k inits), the place is shown and not measure
 
 from __future__ import annotations
 
+import math
+
 from andrea_exp.report import figures
-from andrea_exp.report.cells import Cell
+from andrea_exp.report.cells import INIT_ONLY, Cell
 from andrea_exp.report.claims.common import (
     PEAKED_MAX_PROB,
     ClaimResult,
@@ -16,10 +18,20 @@ from andrea_exp.report.claims.common import (
     context_label,
     scale_pairs,
 )
-from andrea_exp.report.rules import CONDITIONAL, HOLDS, NOT_MEASURED, Check, Verdict, places, verdict
-from andrea_exp.report.seeds import paired, seed_check
+from andrea_exp.report.effects import PHASES, Effect, Place, paired_values, threshold, twins
+from andrea_exp.report.rules import Check
+from andrea_exp.report.seeds import paired, per_seed, seed_check
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import (
+    Cells,
+    Statement,
+    dedupe,
+    is_causal,
+    phases_of,
+    pick,
+    where,
+)
 from andrea_exp.runs import metric_keys as mk
 
 RAW_STD_PREMISE = 4.0  # the claim needs raw scores with std >> 1: std of the unscaled scores at init >= 4
@@ -39,19 +51,6 @@ def peak_check(where: dict, values: dict, premise_met: bool, runs=(), vote: bool
     """values: seed -> min(u - PEAKED_MAX_PROB, u - scaled twin), u the unscaled mean max prob."""
     where = {**where, "premise": "met" if premise_met else "not met"}
     return seed_check(where, values, lambda v: v >= 0, PEAK_TEST, lambda m: m, runs, vote=vote and premise_met)
-
-
-def premise_verdict(checks: list[Check]) -> Verdict:
-    """The verdict over places where the premise holds; places without it are named as not measured."""
-    unmet = [c for c in checks if c.where.get("premise") == "not met" and c.where.get("when") == "init"]
-    base = verdict(checks, f"the premise ({PREMISE}) holds at no place measured")
-    if base.verdict == NOT_MEASURED or not unmet:
-        return base
-    bare = [Check({k: v for k, v in c.where.items() if k not in ("premise", "when")}, c.ok) for c in unmet]
-    text = f"premise ({PREMISE}) not met, so not measured, at {places(bare)}"
-    if base.verdict == HOLDS:
-        return Verdict(CONDITIONAL, f"where {PREMISE}; {text}")
-    return Verdict(base.verdict, f"{base.condition}; {text}" if base.condition else text)
 
 
 def claim(study: Study) -> ClaimResult:
@@ -103,5 +102,47 @@ def claim(study: Study) -> ClaimResult:
         f"premise: {PREMISE} (mean over seeds); where it is not met the place is not measured. Where it is: per "
         f"seed, the unscaled mean max prob >= {PEAKED_MAX_PROB} and above its scaled twin's; a place passes when "
         ">= 2/3 of its seeds pass.",
-        checks, premise_verdict(checks), tables=[md_table(header, rows)], figures=[path],
+        checks, tables=[md_table(header, rows)], figures=[path],
         thresholds={"RAW_STD_PREMISE": RAW_STD_PREMISE, "PEAKED_MAX_PROB": PEAKED_MAX_PROB})
+
+
+# ---------------------------------------------------------------- the statements (the verdicts)
+
+
+def c3_peaked(c: Cells) -> Statement:
+    places = []
+    for _, scaled, unscaled in twins([x for x in c.training + c.init_only if x.kind == INIT_ONLY or is_causal(x)],
+                                     "model.scale", "sqrt", "none"):
+        for phase in phases_of(unscaled):
+            read = PHASES[phase](mk.ATTN_MAX_PROB)
+            peak = Effect("unscaled mean max probability", per_seed(unscaled, read), low=threshold("PEAKED"))
+            diff = Effect("unscaled - scaled max probability", paired_values(unscaled, scaled, read, read,
+                                                                             lambda a, b: a - b), low=0.0)
+            # at step 0 the initialisation sets the score scale: shown, not counted as evidence
+            places.append(Place(where(unscaled, phase=phase), peak, [diff], by_construction=phase == "init"))
+    places = dedupe(places)
+    head = pick(places, phase="init")
+    head = pick([p for p in places if p.votes], phase="end") or head
+    return Statement("C3", "without the divisor softmax becomes peaked", places, head,
+                     f"max prob {threshold('PEAKED')} (and above the scaled twin)", notes=[crossover(c)])
+
+
+def crossover(c: Cells) -> str:
+    """Where the mean max probability at init crosses 0.5, against the score std (all cells, all inits)."""
+    points = []
+    for cell in c.training + c.init_only:
+        std = per_seed(cell, PHASES["init"](mk.ATTN_SCORE_STD))
+        prob = per_seed(cell, PHASES["init"](mk.ATTN_MAX_PROB))
+        if std and prob:
+            points.append((sum(std.values()) / len(std), sum(prob.values()) / len(prob)))
+    points.sort()
+    for (s0, p0), (s1, p1) in zip(points, points[1:]):
+        if p0 < threshold("PEAKED") <= p1 and s0 > 0 and s1 > 0:
+            t = (threshold("PEAKED") - p0) / (p1 - p0)
+            return (f"max prob crosses {threshold('PEAKED')} at score std about "
+                    f"{math.exp(math.log(s0) + t * (math.log(s1) - math.log(s0))):.2g} (step 0, every init and d_k)")
+    return "no crossing of max prob 0.5 among the cells at step 0"
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [c3_peaked(c)]

@@ -14,16 +14,36 @@ from andrea_exp.report.claims.common import (
     context_label,
     context_of,
     floor_of,
-    missing_runs,
     run_progress,
     scale_pairs,
     trained,
 )
-from andrea_exp.report.rules import Check, verdict
-from andrea_exp.report.seeds import paired, seed_check
+from andrea_exp.report.effects import (
+    PHASES,
+    Effect,
+    Place,
+    log10_ratio,
+    paired_values,
+    progress_of,
+    threshold,
+    twins,
+)
+from andrea_exp.report.effects import best_lr_cells as best_lr_places
+from andrea_exp.report.rules import Check
+from andrea_exp.report.seeds import paired, per_seed, seed_check
 from andrea_exp.report.stats import sort_key, stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import (
+    Cells,
+    Statement,
+    dedupe,
+    is_causal,
+    lr_text,
+    no_reference,
+    pick,
+    where,
+)
 from andrea_exp.runs import metric_keys as mk
 
 STALL_RATIO = 0.5  # "stalls": closes less than half the share of (l_0 - floor) that its scaled twin closes
@@ -108,7 +128,6 @@ def claim(study: Study) -> ClaimResult:
     notes = [] if study.lr_cells else ["No LR sweep among the runs read: 'training stalls' is decided at each "
                                        "cell's best LR, so it is not measured (shown at the grid's LR only); run "
                                        "`andrea-exp -m experiment=lr_sensitivity seed=0,1,2`."]
-    missing = missing_runs("pair of cells differing only in model.scale (true/false)", "claims_grid")
     return ClaimResult(
         "C4", "Peaked softmax makes gradients vanish elsewhere, and training stalls",
         "for each pair of cells that differ only in the divisor (twins: same d_k, init, LR, seed): the probe's "
@@ -119,6 +138,51 @@ def claim(study: Study) -> ClaimResult:
         "every LR tried. The total norm grad/scores is shown as a ratio over time, not voted.",
         f"'gradient vanishes': {vanish.RULE}. 'training stalls' (voted at the best LR only): per seed, unscaled "
         f"progress < {STALL_RATIO} x its scaled twin's. A place passes when >= 2/3 of its seeds pass.",
-        checks, verdict(checks, missing), tables=tables, figures=paths, notes=notes,
+        checks, tables=tables, figures=paths, notes=notes,
         thresholds={"DEAD_FRAC_GAP": vanish.DEAD_FRAC_GAP, "VANISH_RATIO": vanish.VANISH_RATIO,
                     "STALL_RATIO": STALL_RATIO, "EARLY_WINDOW": vanish.EARLY_WINDOW})
+
+
+# ---------------------------------------------------------------- the statements (the verdicts)
+
+
+def c4_vanish(c: Cells) -> Statement:
+    places = []
+    for _, scaled, unscaled in twins([x for x in c.training if is_causal(x)], "model.scale", "sqrt", "none"):
+        for phase in ("init", "early"):
+            read = PHASES[phase](mk.GRAD_SCORES_ROW_P50)
+            ratio = Effect("log10(unscaled / scaled median row gradient)",
+                           paired_values(unscaled, scaled, read, read, log10_ratio), high=threshold("VANISH"))
+            places.append(Place(where(unscaled, phase=phase), ratio))
+    places = dedupe(places)
+    return Statement("C4a", "peaked softmax makes row gradients vanish", places,
+                     pick(places, phase="early"), "scaled twin; log10 ratio -1 (10x smaller)")
+
+
+def c4_stall(c: Cells) -> Statement:
+    places, warnings = [], []
+    for _, scaled, unscaled in twins([x for x in c.training if is_causal(x)], "model.scale", "sqrt", "none"):
+        prog = progress_of(c.ref(unscaled))
+        behind = Effect("scaled - unscaled progress", paired_values(scaled, unscaled, prog, prog, lambda a, b: a - b),
+                        low=0.0)  # the stall is the divisor's doing only where the scaled twin got further
+        places.append(Place(where(unscaled, lr=lr_text(unscaled)),
+                            Effect("unscaled progress", per_seed(unscaled, prog), high=threshold("STALL")), [behind],
+                            unmeasurable=no_reference(c.ref(unscaled))))
+    for cell, edge in best_lr_places(c.lr_sweep):
+        if cell.get("model.scale") != "none" or cell.get("model.qk_layernorm") is True:
+            continue
+        prog = progress_of(c.ref(cell))
+        places.append(Place(where(cell, lr=f"best {lr_text(cell)}"),
+                            Effect("unscaled progress at its best LR", per_seed(cell, prog), high=threshold("STALL")),
+                            unmeasurable=no_reference(c.ref(cell))))
+        if edge:
+            warnings.append(f"best LR of unscaled d_k {cell.get('model.d_k')} ({lr_text(cell)}) is at the edge of "
+                            "the swept range")
+    places = dedupe(places)
+    head = next((p for p in reversed(places) if str(p.where.get("lr", "")).startswith("best")), pick(places))
+    return Statement("C4b", "without the divisor training stalls", places, head,
+                     "progress 0.25 (0 = bigram level, 1 = floor or reference run)", notes=warnings)
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [c4_vanish(c), c4_stall(c)]

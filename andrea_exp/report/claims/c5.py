@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from andrea_exp.report import figures
+from andrea_exp.report.cells import INIT_ONLY, LR_SWEEP
 from andrea_exp.report.claims.common import (
     PEAKED_MAX_PROB,
     ClaimResult,
@@ -14,14 +15,26 @@ from andrea_exp.report.claims.common import (
     cell_stat,
     context_label,
     context_of,
-    missing_runs,
     run_progress,
     trained,
 )
-from andrea_exp.report.rules import Check, verdict
+from andrea_exp.report.effects import PHASES, Effect, Place, groups, paired_values, progress_of, threshold
+from andrea_exp.report.rules import Check
 from andrea_exp.report.seeds import per_seed, seed_check, window_mean
+from andrea_exp.report.seeds import per_seed as seed_values
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import (
+    Cells,
+    Statement,
+    dedupe,
+    is_causal,
+    lr_text,
+    max_dk,
+    no_reference,
+    where,
+)
+from andrea_exp.report.verdicts import pick as pick_place
 from andrea_exp.runs import metric_keys as mk
 
 UNIT_SCALE = (0.5, 2.0)  # "near unit scale": score std within a factor 2 of 1
@@ -106,6 +119,55 @@ def claim(study: Study) -> ClaimResult:
         f"per seed: score std within [{UNIT_SCALE[0]}, {UNIT_SCALE[1]}]; ratio largest/smallest d_k within "
         f"{INVARIANCE_FACTOR:g}x; mean max prob < {PEAKED_MAX_PROB}; finished and progress >= {PROCEEDS_PROGRESS}. "
         "A place passes when >= 2/3 of its seeds pass.",
-        checks, verdict(checks, missing_runs("scaled cells", "claims_grid")), tables=tables, figures=paths,
+        checks, tables=tables, figures=paths,
         thresholds={"UNIT_SCALE": UNIT_SCALE, "INVARIANCE_FACTOR": INVARIANCE_FACTOR,
                     "PEAKED_MAX_PROB": PEAKED_MAX_PROB, "PROCEEDS_PROGRESS": PROCEEDS_PROGRESS})
+
+
+# ---------------------------------------------------------------- the statements (the verdicts)
+
+
+def c5_unit_scale(c: Cells) -> Statement:
+    places = []
+    scaled = [x for x in c.training + c.init_only if x.get("model.scale") == "sqrt" and
+              (x.kind == INIT_ONLY or is_causal(x))]
+    for cell in scaled:
+        # at step 0 the initialisation sets the score scale: shown, not counted as evidence
+        places.append(Place(where(cell, phase="init"),
+                            Effect("scaled score std", seed_values(cell, PHASES["init"](mk.ATTN_SCORE_STD)),
+                                   1 / threshold("UNIT"), threshold("UNIT")), by_construction=True))
+    for group in groups([x for x in scaled if x.kind != INIT_ONLY], "model.d_k"):
+        group = sorted(group, key=lambda x: float(x.get("model.d_k")))
+        for cell in group[1:]:
+            for phase in ("early", "end"):
+                read = PHASES[phase](mk.ATTN_SCORE_STD)
+                ratio = paired_values(cell, group[0], read, read, lambda a, b: a / b if b > 0 else None)
+                places.append(Place(where(cell, phase=phase, vs=f"d_k {group[0].get('model.d_k')}"),
+                                    Effect("score std / the smallest d_k's", ratio, 1 / threshold("UNIT"),
+                                           threshold("UNIT"))))
+    places = dedupe(places)
+    head = next((p for p in sorted(places, key=lambda p: "lr" in p.where)  # a grid's place before an LR sweep's
+                 if p.where.get("phase") == "end" and p.where.get("d_k") == max_dk(places)), pick_place(places))
+    return Statement("C5a", "with the divisor scores stay near unit scale whatever d_k", places, head,
+                     "factor 2 of 1 (init) or of the smallest d_k (over training)")
+
+
+def c5_proceeds(c: Cells) -> Statement:
+    places = []
+    for cell in c.training + c.lr_sweep:
+        if cell.get("model.scale") != "sqrt" or not is_causal(cell) or cell.get("model.qk_layernorm") is True:
+            continue
+        prog = progress_of(c.ref(cell))
+        lr = lr_text(cell) + ("" if cell.kind == LR_SWEEP else " (grid)")
+        places.append(Place(where(cell, lr=lr),
+                            Effect("scaled progress", seed_values(cell, prog), low=threshold("PROCEED")),
+                            unmeasurable=no_reference(c.ref(cell))))
+    places = dedupe(places)
+    head = next((p for p in places if "grid" in str(p.where.get("lr")) and p.where.get("d_k") == max_dk(places)),
+                pick_place(places))
+    return Statement("C5b", "with the divisor training proceeds at every d_k", places, head,
+                     "progress 0.5 (0 = bigram level, 1 = floor or reference run)")
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [c5_unit_scale(c), c5_proceeds(c)]

@@ -6,12 +6,14 @@ from andrea_exp.report import figures, static
 from andrea_exp.report.claims.common import (
     ClaimResult,
 )
-from andrea_exp.report.rules import CONDITIONAL, HOLDS, Check, Verdict, verdict
+from andrea_exp.report.rules import Check
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import Cells, Statement, exact_places
 
 EXACT_ROW_SUM = 1e-6
 AGREE_TOL = 1e-6  # -inf vs -1e9 probabilities
+TITLE = "The causal mask (-inf or -1e9) leaves rows summing to 1 with mass only on [0, i]; row 0 is one-hot"
 
 
 def agreement_condition(grid: list[dict]) -> tuple[bool, str]:
@@ -33,8 +35,8 @@ def agreement_condition(grid: list[dict]) -> tuple[bool, str]:
     return everywhere, "; ".join(parts)
 
 
-def claim(study: Study) -> ClaimResult:
-    exact = static.pipeline_checks()
+def exact_checks(exact: dict, pipeline: list[dict]) -> list[Check]:
+    """The exact checks of the masked softmax, then one per dtype: -inf and -1e9 agree at every magnitude."""
     checks = [Check({"part": "rows sum to 1"}, exact["row_sum_max_dev"] <= EXACT_ROW_SUM,
                     value=f"max |row sum - 1| {exact['row_sum_max_dev']:.3g}", threshold=f"<= {EXACT_ROW_SUM:g}"),
               Check({"part": "no mass on j > i"}, exact["future_mass_max"] == 0.0,
@@ -44,14 +46,28 @@ def claim(study: Study) -> ClaimResult:
               Check({"part": "-inf and -1e9 agree in fp32 at unit-scale scores"},
                     exact["inf_vs_1e9_max_diff"] <= AGREE_TOL, value=f"{exact['inf_vs_1e9_max_diff']:.3g}",
                     threshold=f"<= {AGREE_TOL:g}")]
+    for dtype in dict.fromkeys(r["dtype"] for r in pipeline):
+        everywhere, condition = agreement_condition([r for r in pipeline if r["dtype"] == dtype])
+        checks.append(Check({"part": "-inf and -1e9 agree at every score std tried", "dtype": dtype}, everywhere,
+                            value=condition, threshold="agree"))
+    return checks
+
+
+def pipeline_grid() -> list[dict]:
+    return [r for r in static.mask_fill_precision() if r["softmax"] == "fp32"]
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [Statement("C6", TITLE, exact_places(exact_checks(static.pipeline_checks(), pipeline_grid())), None,
+                      "exact check of the pipeline", "built-in")]
+
+
+def claim(study: Study) -> ClaimResult:
+    """The evidence: the exact checks and the -inf / -1e9 grid over dtypes and score sizes."""
+    exact = static.pipeline_checks()
     grid = static.mask_fill_precision()
     pipeline = [r for r in grid if r["softmax"] == "fp32"]
-    everywhere, condition = agreement_condition(pipeline)
-    base = verdict(checks)
-    if base.verdict == HOLDS and not everywhere:
-        final = Verdict(CONDITIONAL, "the exact checks pass; -inf and -1e9 agree only where " + condition)
-    else:
-        final = base
+    checks = exact_checks(exact, pipeline)
     table_rows = [[r["dtype"], f"{r['magnitude']:g}", r["softmax"], r["fill_error"] or "ok", r["max_abs_diff"],
                    r["future_mass_1e9"], r["nonfinite_rows_inf"], r["nonfinite_rows_1e9"]] for r in grid]
     panels = []
@@ -68,11 +84,11 @@ def claim(study: Study) -> ClaimResult:
     grid_table = md_table(["scores dtype", "score std", "softmax in", "-1e9 fill", "max diff", "future mass (-1e9)",
                            "non-finite rows (-inf)", "non-finite rows (-1e9)"], table_rows)
     return ClaimResult(
-        "C6", "The causal mask (-inf or -1e9) leaves rows summing to 1 with mass only on [0, i]; row 0 is one-hot",
+        "C6", TITLE,
         "the explicit pipeline on random q, k, v (B=2, H=3, T=16, d_k=32, fp32) with -inf and -1e9; then random "
         "scores of std 1 to 1e10 stored in fp32, bf16 and fp16, masked with each fill, softmax in fp32 (the "
         "pipeline) and in the scores' own dtype (for comparison; benchmarks/mask_fill_precision.py has the full grid).",
         f"the exact checks pass when |row sum - 1| <= {EXACT_ROW_SUM:g}, future mass is exactly 0, row 0 is exactly "
         f"one-hot and the two fills agree within {AGREE_TOL:g}; if they pass but the fills disagree somewhere in the "
-        "dtype/magnitude grid, the verdict is 'holds only under a stated condition' naming where they agree.",
-        checks, final, tables=[exact_table, grid_table], figures=[path])
+        "grid, the dtypes where they disagree somewhere are named.",
+        checks, tables=[exact_table, grid_table], figures=[path])

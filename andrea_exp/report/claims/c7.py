@@ -14,15 +14,31 @@ from andrea_exp.report.claims.common import (
     context_label,
     context_of,
     floor_of,
-    missing_runs,
     run_progress,
     trained,
 )
-from andrea_exp.report.rules import NOT_MEASURED, Check, Verdict, verdict
+from andrea_exp.report.effects import (
+    Effect,
+    Place,
+    References,
+    loss_or_l0,
+    paired_values,
+    threshold,
+    trained_below_bigram,
+    twins,
+)
+from andrea_exp.report.run_status import finished
 from andrea_exp.report.seeds import per_seed, seed_check, seed_vote
+from andrea_exp.report.seeds import per_seed as seed_values
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import (
+    Cells,
+    Statement,
+    dedupe,
+    where,
+)
 from andrea_exp.runs import metric_keys as mk
 
 LEAK_MARGIN = 0.02  # nats below the floor that count as "below" when a run records no floor standard error
@@ -130,23 +146,55 @@ def claim(study: Study) -> ClaimResult:
         f"both the floor and the loss as trained >= {CATASTROPHIC_SHARE} x (log V - floor); the causal control (a "
         "check of the measurement, not part of the verdict) when its loss is not below the floor by more than the "
         "margin. A place passes when >= 2/3 of its seeds pass.",
-        checks, c7_verdict(checks, any(not c.get("model.causal") for c in study.claim_cells if trained(c))),
+        checks,
         tables=[md_table(header, rows)] if rows else [], figures=paths, notes=notes,
         thresholds={"LEAK_MARGIN": LEAK_MARGIN, "FLOOR_SE_MULTIPLE": FLOOR_SE_MULTIPLE,
                     "CATASTROPHIC_SHARE": CATASTROPHIC_SHARE, "TRAINED_PROGRESS": TRAINED_PROGRESS})
 
 
-def c7_verdict(checks: list[Check], unmasked_ran: bool = False) -> Verdict:
-    """The causal control alone measures nothing about the claim: without an unmasked cell it is not measured."""
-    claim = [c for c in checks if c.where["part"] != CAUSAL_CONTROL]
-    if not claim and unmasked_ran:
-        return Verdict(NOT_MEASURED, f"unmasked cells ran, but no seed trained (progress >= {TRAINED_PROGRESS}) at "
-                       "the grid's LR or at a best LR of an LR sweep: train longer or sweep train.lr")
-    if not claim:
-        return Verdict(NOT_MEASURED, missing_runs("unmasked cell (model.causal=false) that trained, with a known "
-                                                  "floor", "leak_gap"))
-    result = verdict(claim)  # the control is a sanity check of the measurement, not a part of the claim
-    if not all(c.ok for c in checks if c.where["part"] == CAUSAL_CONTROL):
-        result.condition = (result.condition + "; " if result.condition else "") + \
-            "WARNING: a causal cell went below the floor, so the floor or the evaluation is suspect"
-    return result
+# ---------------------------------------------------------------- the statements (the verdicts)
+
+
+def c7_leak(c: Cells) -> Statement:
+    places = []
+    for _, causal, open_ in twins(c.training, "model.causal", True, False):
+        ref = c.ref(open_)
+        se = [r.last(mk.EVAL_LOSS_SE) for r in causal.runs + open_.runs]
+        se = [v for v in se if v is not None and math.isfinite(v)]
+        margin = max(threshold("LEAK"), 3 * math.sqrt(2) * (sum(se) / len(se))) if se else threshold("LEAK")
+        # a run that diverged counts at its step-0 loss (as in progress), never at a last value it logged
+        last = lambda key: lambda run: run.last(key) if finished(run) else None  # noqa: E731
+        leak = Effect("twin loss - loss as trained", paired_values(causal, open_, loss_or_l0, loss_or_l0,
+                                                                   lambda a, b: a - b), low=margin)
+        also = []
+        if ref.unigram is not None:
+            generation = seed_values(open_, last(mk.EVAL_LOSS_GENERATION))
+            also.append(Effect("generation loss - unigram level",
+                               {s: v - ref.unigram for s, v in generation.items()}, low=0.0))
+        shown = []  # below the floor proves a leak, but a partial shortcut stays above it: shown, not required
+        if ref.floor is not None:
+            shown.append(Effect("floor - loss as trained", seed_values(open_, last(mk.EVAL_BELOW_FLOOR)), low=0.0))
+        extra = {"scale": open_.get("model.scale")}
+        if len({x.experiment for x in c.training}) > 1:
+            extra["exp"] = open_.experiment
+        places.append(Place(where(open_, **extra), leak, also, shown, unmeasurable=untrained(causal, open_, ref)))
+    places = dedupe(places)
+    # the headline: the largest leak among places whose causal twin trained (an untrained twin inflates it)
+    head = max((p for p in places if p.votes), key=lambda p: (p.effect.stat.mean if p.effect.stat.n else -math.inf),
+               default=None)
+    return Statement("C7", "without the mask a shortcut is learned and fails at generation", places, head,
+                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level")
+
+
+def untrained(causal: Cell, open_: Cell, ref: References) -> str:
+    """Why a leak cannot be measured at this place ("" when it can): the causal twin, the baseline of the leak,
+    must have trained (held-out loss TRAINED below the bigram level, mean over seeds)."""
+    trained = trained_below_bigram(ref)
+    causal_ok, open_ok = (sum(map(trained, x.runs)) * 2 > len(x.runs) for x in (causal, open_))
+    if causal_ok:
+        return ""
+    return "neither twin trained" if not open_ok else "the causal twin did not train"
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [c7_leak(c)]

@@ -3,6 +3,7 @@ Judged on row instruments (claims.vanish): the median row gradient and dead-row 
 
 from __future__ import annotations
 
+from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims import vanish
 from andrea_exp.report.claims.common import (
     ClaimResult,
@@ -10,10 +11,17 @@ from andrea_exp.report.claims.common import (
     context_label,
     scale_pairs,
 )
-from andrea_exp.report.rules import Check, verdict
+from andrea_exp.report.effects import PHASES, Effect, Place, groups, log10_ratio, paired_values, threshold
+from andrea_exp.report.rules import Check
 from andrea_exp.report.seeds import per_seed, seed_check
 from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
+from andrea_exp.report.verdicts import (
+    Cells,
+    Statement,
+    is_causal,
+    where,
+)
 from andrea_exp.runs import metric_keys as mk
 
 C9_FALL_RATIO = 0.5  # unscaled median row gradient at the largest d_k <= half of that at the smallest
@@ -86,6 +94,48 @@ def claim(study: Study) -> ClaimResult:
         f"per d_k: {vanish.RULE}; per source: the unscaled median row gradient at the largest d_k <= "
         f"{C9_FALL_RATIO} x at the smallest (step 0), and the scaled one within a factor {C9_FLAT_FACTOR:g}. "
         "Synthetic rows are one sample; a model place passes when >= 2/3 of its seeds pass.",
-        checks, verdict(checks), tables=tables, figures=[],
+        checks, tables=tables, figures=[],
         thresholds={"VANISH_RATIO": vanish.VANISH_RATIO, "DEAD_FRAC_GAP": vanish.DEAD_FRAC_GAP,
                     "C9_FALL_RATIO": C9_FALL_RATIO, "C9_FLAT_FACTOR": C9_FLAT_FACTOR})
+
+
+# ---------------------------------------------------------------- the statements (the verdicts)
+
+
+def c9_flat(c: Cells) -> Statement:
+    places = []
+    trained = [x for x in c.training if is_causal(x)]
+    for group in groups(trained, "model.d_k", "model.scale"):
+        modes: dict[str, list[Cell]] = {}
+        for cell in group:
+            modes.setdefault(cell.get("model.scale"), []).append(cell)
+        if "sqrt" not in modes or "none" not in modes:
+            continue
+        for phase in ("init", "early", "end"):
+            read = PHASES[phase](mk.GRAD_SCORES_ROW_P50)
+            drops, spans, zeros = {}, {}, {}
+            for mode, cells in modes.items():
+                cells = sorted(cells, key=lambda x: float(x.get("model.d_k")))
+                if len(cells) > 1:
+                    drops[mode] = paired_values(cells[-1], cells[0], read, read, log10_ratio)
+                    spans[mode] = f"{cells[0].get('model.d_k')}->{cells[-1].get('model.d_k')}"
+                    zeros[mode] = paired_values(cells[-1], cells[0], read, read, lambda a, b: a == 0 and b == 0)
+            if len(drops) < 2:
+                continue
+            unscaled = Effect("log10 change of the unscaled median row gradient, smallest to largest d_k",
+                              drops["none"], high=-threshold("FLAT"))
+            scaled = Effect("the same with the divisor", drops["sqrt"], -threshold("FLAT"), threshold("FLAT"))
+            cell = modes["none"][0]
+            flat_zero = [m for m in ("none", "sqrt") if not drops[m] and any(zeros[m].values())]
+            places.append(Place(where(cell, phase=phase, d_k=spans["none"]), unscaled, [scaled],
+                                unmeasurable=f"row gradient exactly 0 at both ends ({', '.join(flat_zero)})"
+                                if flat_zero else ""))
+    voting = [p for p in places if p.votes]
+    head = next((p for p in voting if p.where.get("phase") == "init" and "init" not in p.where),
+                voting[0] if voting else (places[0] if places else None))
+    return Statement("C9", "large d_k pushes softmax into small gradients; the divisor counteracts", places, head,
+                     "factor 10 from the smallest to the largest d_k (the span is the place's d_k)")
+
+
+def statements(c: Cells) -> list[Statement]:
+    return [c9_flat(c)]

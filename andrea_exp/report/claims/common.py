@@ -9,12 +9,12 @@ from pathlib import Path
 
 from andrea_exp.report.bestlr import final_loss  # noqa: F401  (claims and lr.py read it from here)
 from andrea_exp.report.cells import INIT_ONLY, Cell, short
-from andrea_exp.report.rules import Check, Verdict, progress
+from andrea_exp.report.rules import Check, progress
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import Stat, sort_key, stat
 from andrea_exp.runs import metric_keys as mk
 
-# Thresholds more than one claim uses (each claim module holds its own; all are printed beside the verdict).
+# Thresholds more than one claim's evidence uses (each claim module holds its own; printed beside its table).
 PEAKED_MAX_PROB = 0.5  # a row is dominated by one position when its max probability is >= 0.5 (mean over rows)
 
 
@@ -24,12 +24,11 @@ class ClaimResult:
     title: str
     measured: str
     rule: str
-    checks: list[Check]
-    verdict: Verdict
+    checks: list[Check]  # per-check detail: evidence shown under the statements' verdicts, deciding nothing
     tables: list[str] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    thresholds: dict = field(default_factory=dict)  # the module constants the rule uses, printed by the verdict
+    thresholds: dict = field(default_factory=dict)  # the module constants the evidence uses, printed beside it
 
 
 def cell_stat(cell: Cell, fn) -> Stat:
