@@ -13,8 +13,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "experiments" / "chapter_scale
 
 
 def chapter_scale(*stages: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *stages], env={**os.environ, "PYTHON": sys.executable, **env}, capture_output=True,
-                          text=True, timeout=120)
+    env = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", str(SCRIPT), *stages], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_an_unknown_stage_is_refused_before_any_stage_runs(tmp_path):

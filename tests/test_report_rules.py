@@ -118,7 +118,10 @@ def test_best_lr_picks_the_lowest_mean_final_loss():
     assert bestlr.best_cell(cells).get("train.lr") == 1e-2
     cells.append(lr_cell(1e-4, [1.5, 1.9]))  # a tie goes to the smaller LR
     assert bestlr.best_cell(cells).get("train.lr") == 1e-4
-    assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none")])) == 2
+    # a group at one LR has no best LR (it would be read as one); at two it has
+    assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none")])) == 1
+    assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none"),
+                                             lr_cell(1e-2, [2.0, 2.0], scale="none")])) == 2
 
 
 def test_capped_final_caps_at_l0_and_keeps_the_loss_when_l0_is_unknown():

@@ -1,12 +1,13 @@
 """The best learning rate of each cell of an LR sweep: cells that differ only in train.lr form a group;
-best = the lowest final held-out loss, mean over seeds, a run that did not finish counted at l_0 (its
-step-0 loss). Ties go to the smaller LR."""
+best = the lowest final held-out loss, mean over seeds, a run that diverged counted at l_0 (its step-0 loss;
+run_status: failed runs never reach a cell). Ties go to the smaller LR. A group at one LR has no best LR."""
 
 from __future__ import annotations
 
 import math
 
 from andrea_exp.report.cells import LR, LR_SWEEP, Cell
+from andrea_exp.report.run_status import finished
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import stat
 from andrea_exp.runs import metric_keys as mk
@@ -14,7 +15,7 @@ from andrea_exp.runs import metric_keys as mk
 
 def final_loss(run: Run) -> float | None:
     """Final held-out loss as trained; None for a run that did not finish."""
-    if run.status != "finished":
+    if not finished(run):
         return None
     return run.last(mk.EVAL_LOSS_AS_TRAINED)
 
@@ -29,14 +30,14 @@ def capped_final(run: Run) -> float | None:
 
 
 def lr_groups(cells: list[Cell]) -> list[list[Cell]]:
-    """LR-sweep cells grouped by experiment and every axis but train.lr."""
+    """LR-sweep cells grouped by experiment and every axis but train.lr, the groups that ran two LRs or more."""
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         if cell.kind != LR_SWEEP or LR not in cell.axes:
             continue
         key = repr((cell.experiment, sorted((k, str(v)) for k, v in cell.axes.items() if k != LR)))
         groups.setdefault(key, []).append(cell)
-    return [sorted(g, key=lambda c: float(c.get(LR))) for g in groups.values()]
+    return [sorted(g, key=lambda c: float(c.get(LR))) for g in groups.values() if len(g) > 1]
 
 
 def mean_final(cell: Cell) -> float:

@@ -1,19 +1,28 @@
-"""Runs -> experiments -> cells. Nothing here is hand-listed: what splits runs comes from the runs themselves.
+"""Runs -> experiments -> cells. Nothing here is hand-listed: what splits runs comes from the runs themselves,
+whichever sweep each came from (one sweep or several give the same experiments and cells).
 
-- A study axis is a scientific setting (andrea_exp.config.schema.is_scientific) that takes more than one value
-  among the runs of one sweep: what some sweep swept (d_k, scale, lr, weight_decay, ...).
+- A study axis is a scientific setting (andrea_exp.config.schema.is_scientific) in which two of the runs given
+  differ alone (d_k, scale, causal, lr, weight_decay, ...): the runs sweep it, in one sweep or across sweeps.
+  Data settings and train.max_steps are never axes: they say what an experiment is read against (its
+  references, the data box's source, T and steps).
 - An experiment is the runs that agree on every other scientific setting (model size, data, schedule): runs
-  of several presets with one setup pool (claims_grid's unit-init cells serve qk_init), and one preset run
-  at two setups splits in two, each labelled with the settings that tell it apart.
-- Within an experiment, the study axes that vary define the cells; seeds are replicates.
+  of several presets with one setup pool (claims_grid's unit-init cells serve qk_init; a causal sweep and an
+  unmasked one with another eval cadence are one experiment), and one preset run at two setups splits in two,
+  each labelled with the settings that tell it apart. Operational settings (eval and probe cadence, logging,
+  launcher, checkpointing, compile) never split anything.
+- Within an experiment, the study axes that vary define the cells; seeds are replicates. A cell keeps its runs
+  that vote (andrea_exp.report.run_status) and, apart, the runs that failed: these measure nothing, and the
+  report names them.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from andrea_exp.config.schema import is_scientific
+from andrea_exp.report.run_status import votes, why_excluded
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import sort_key
 
@@ -46,12 +55,31 @@ def _varying(configs: list[dict]) -> list[str]:
     return _in_display_order(k for k in keys if len({_fingerprint(c.get(k)) for c in configs}) > 1)
 
 
+def defines_experiment(key: str) -> bool:
+    """Settings that tell experiments apart and never become an axis: the data (what the references are
+    measured on) and the run's length."""
+    return key.startswith("data.") or key == "train.max_steps"
+
+
+def science(run: Run) -> dict:
+    return {k: v for k, v in run.config.items() if is_scientific(k)}
+
+
+def identity(run: Run) -> str:
+    """What makes two runs the same initialisation and training: scientific settings and the seed."""
+    return json.dumps([science(run), run.seed], sort_keys=True, default=str)
+
+
 def study_axes(runs: list[Run]) -> list[str]:
-    """Scientific settings that vary among the runs of at least one sweep."""
-    by_sweep: dict = {}
-    for run in runs:
-        by_sweep.setdefault(run.sweep, []).append(run.config)
-    return _in_display_order(k for configs in by_sweep.values() for k in _varying(configs) if is_scientific(k))
+    """Scientific settings in which two of the runs differ and in nothing else scientific (seeds aside), data
+    settings and train.max_steps excepted. Depends on the runs only, never on how they were split into sweeps."""
+    configs = {_fingerprint(c): c for c in map(science, runs)}.values()
+    found = set()
+    for a, b in itertools.combinations(configs, 2):
+        differ = [k for k in a.keys() | b.keys() if _fingerprint(a.get(k)) != _fingerprint(b.get(k))]
+        if len(differ) == 1 and not defines_experiment(differ[0]):
+            found.add(differ[0])
+    return _in_display_order(found)
 
 
 @dataclass
@@ -60,14 +88,15 @@ class Cell:
     runs: list[Run]
     experiment: str = ""  # the experiment's label (its runs' `name`s)
     kind: str = TRAINING
+    excluded: list[Run] = field(default_factory=list)  # runs that failed (run_status.votes): they do not vote
 
     @property
     def label(self) -> str:
         return " ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "(one cell)"
 
     def get(self, key: str):
-        """A setting shared by the cell's runs (axes or not)."""
-        return self.axes.get(key, self.runs[0].config.get(key))
+        """A setting shared by the cell's runs (axes or not); a cell whose every run failed reads its failed ones."""
+        return self.axes.get(key, (self.runs or self.excluded)[0].config.get(key))
 
     @property
     def seeds(self) -> list:
@@ -113,10 +142,33 @@ def group_experiments(runs: list[Run]) -> list[Experiment]:
         for run in group:
             values = {a: run.config.get(a) for a in axes}
             cells.setdefault(_fingerprint(values), Cell(values, [], label, kind)).runs.append(run)
-        ordered = sorted(cells.values(), key=lambda c: [sort_key(v) for v in c.axes.values()])
+        ordered = sorted(map(_split_failed, cells.values()), key=lambda c: [sort_key(v) for v in c.axes.values()])
         experiments.append(Experiment(label, kind, {k: setup.get(k) for k in telling}, axes, ordered))
     _disambiguate(experiments)
     return sorted(experiments, key=lambda e: (e.kind != TRAINING, e.label))
+
+
+def _split_failed(cell: Cell) -> Cell:
+    """The cell's voting runs, and apart its failed ones, less those run again (a voting run of the same settings
+    and seed replaces them)."""
+    voting = [run for run in cell.runs if votes(run)]
+    again = {identity(run) for run in voting}
+    failed = [run for run in cell.runs if not votes(run) and identity(run) not in again]
+    return Cell(cell.axes, voting, cell.experiment, cell.kind, failed)
+
+
+def failed_lines(cells: list[Cell], most: int = 5) -> list[str]:
+    """The failed runs the cells leave out, one line each (`most` at most, then how many more):
+    'failed: OutOfMemoryError at step 9, excluded ([claims_120m] d_k=4096 scale=sqrt, seed 0, sweep/3)'."""
+    seen, lines = set(), []
+    for cell in cells:
+        for run in cell.excluded:
+            if run.path not in seen:
+                seen.add(run.path)
+                where = f"[{cell.experiment}] {cell.label}, seed {run.seed}, {run.path.parent.name}/{run.path.name}"
+                lines.append(f"{why_excluded(run)} ({where})")
+    return lines[:most] + ([f"{len(lines) - most} more failed runs excluded (appendix: Runs and cells)"]
+                           if len(lines) > most else [])
 
 
 def _disambiguate(experiments: list[Experiment]) -> None:

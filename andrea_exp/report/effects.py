@@ -11,7 +11,9 @@ whose attention does not work still reaches through its embeddings and MLP), 1 a
 floor where the source knows it, else the held-out loss of the reference runs trained on the same data for
 that purpose (config `report_role: reference`; andrea_exp.report.reference), which no statement judges. With
 neither, progress is not measured: a judged cell never sets the scale it is judged on.
-A run that did not finish counts at its step-0 loss.
+A run that diverged counts at its step-0 loss; a run that failed for a reason outside training (out of memory,
+killed, an error, interrupted) does not vote: the data box names it, and a place that needs it is not measured
+and says so (Place.why, the one reason a place does not vote, whatever the cause).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from andrea_exp.report.bestlr import final_loss, lr_groups
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.reference import matching
+from andrea_exp.report.run_status import finished, votes
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import EARLY_WINDOW, paired, seed_vote, window_mean
 from andrea_exp.report.stats import Stat, stat
@@ -77,6 +80,11 @@ class Effect:
         return (st.mean, st.mean) if st.n == 1 else st.interval
 
     @property
+    def why(self) -> str:
+        """Why nothing was measured, where the runs behind it failed: 'its twin failed'."""
+        return getattr(self.values, "why", "") if not self.stat.n else ""
+
+    @property
     def decision(self) -> str:
         if not self.stat.n:
             return NOT_MEASURED
@@ -106,23 +114,29 @@ class Place:
     effect: Effect
     also: list[Effect] = field(default_factory=list)  # a place holds only if these hold too
     shown: list[Effect] = field(default_factory=list)  # printed beside it, not deciding (a stronger, sufficient test)
-    unmeasurable: str = ""  # why this place cannot measure the claim (e.g. "neither twin trained"): it does not vote
+    unmeasurable: str = ""  # why the claim cannot be read here (e.g. "neither twin trained"): it does not vote
     by_construction: bool = False  # its premise is the initialisation itself: shown, not counted as evidence
 
     @property
+    def why(self) -> str:
+        """Why the place does not vote ("" when it does): runs behind its effects that failed ('its twin
+        failed': whatever else is said of them is moot), else the reason its claim module gave."""
+        return next((e.why for e in (self.effect, *self.also) if e.why), "") or self.unmeasurable
+
+    @property
     def votes(self) -> bool:
-        return not self.unmeasurable and not self.by_construction
+        return not self.why and not self.by_construction
 
     @property
     def decision(self) -> str:
-        if self.unmeasurable:
+        if self.why:
             return NOT_MEASURED
         return self.measured_decision
 
     @property
     def decision_text(self) -> str:
-        if self.unmeasurable:
-            return f"{NOT_MEASURED}: {self.unmeasurable}"
+        if self.why:
+            return f"{NOT_MEASURED}: {self.why}"
         if self.by_construction:
             return f"{BY_CONSTRUCTION} ({self.measured_decision})"
         return self.decision
@@ -161,7 +175,7 @@ PHASES = {"init": lambda key: lambda run: run.at_step(key, 0),
 
 
 def loss_or_l0(run: Run) -> float | None:
-    """Final held-out loss; a run that did not finish (diverged) counts at its step-0 loss."""
+    """Final held-out loss; a run that diverged counts at its step-0 loss (cells hold no failed runs)."""
     loss = final_loss(run)
     return loss if loss is not None and math.isfinite(loss) else run.initial_loss()
 
@@ -212,10 +226,10 @@ class References:
 
 def references(cells: list[Cell], reference_runs: list[Run] = ()) -> References:
     """The levels of one experiment's cells; `reference_runs` (report_role: reference) on the same data set
-    progress 1 where no floor is known. The judged cells themselves never do."""
+    progress 1 where no floor is known, those that failed left out (run_status). The judged cells never do."""
     runs = [run for cell in cells for run in cell.runs]
     floor = mean_of(runs, mk.EVAL_FLOOR)
-    ref_runs = matching(list(reference_runs), runs)
+    ref_runs = [r for r in matching(list(reference_runs), runs) if votes(r)]  # split off before cells drop failed runs
     ref = stat(loss_or_l0(r) for r in ref_runs)
     l0 = stat(r.initial_loss() for r in runs)
     return References(floor if floor is not None and math.isfinite(floor) else None,
@@ -230,7 +244,7 @@ def trains(runs: list[Run], refs: References) -> bool:
     no reference run), ending TRAINED below the bigram level, as C7's twins."""
     below = trained_below_bigram(refs)
     def ok(run: Run) -> bool:
-        if run.status != "finished":
+        if not finished(run):
             return False
         if refs.top is None:
             return below(run)
@@ -245,7 +259,7 @@ def trains_rule(refs: References) -> str:
 
 
 def trained_below_bigram(refs: References) -> Callable[[Run], bool]:
-    """Whether a run trained: its held-out loss (step-0 loss if it did not finish) ends at least TRAINED
+    """Whether a run trained: its held-out loss (step-0 loss if it diverged) ends at least TRAINED
     below the bigram level (progress 0)."""
     def trained(run: Run) -> bool:
         loss = loss_or_l0(run)

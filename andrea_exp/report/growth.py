@@ -108,7 +108,7 @@ def growth_section(cells: list[Cell], fig_path: Path, refs: dict[str, References
              f"over LRs. An LR trains a cell when >= 2/3 of its seeds finish with {trains_rule(ref)}, on the "
              "verdicts' scale (0 at the bigram level, 1 at the floor or reference run). "
              "LR sensitivity (Wortsman et al. 2023) = mean over the LRs of [min(l(eta), l_0) - l*], per seed "
-             "(l_0 its step-0 loss, l* its best final loss, a run that did not finish at l_0), then over seeds.\n\n")
+             "(l_0 its step-0 loss, l* its best final loss, a run that diverged at l_0), then over seeds.\n\n")
     if not groups:
         return intro + f"**not measured**: no `{EXPERIMENT}` runs among the runs read; run `andrea-exp -m " \
                        f"experiment={EXPERIMENT} seed=0,1,2` and pass its sweep directory.\n"

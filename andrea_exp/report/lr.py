@@ -5,7 +5,8 @@ Only experiments that sweep train.lr count; their cells are grouped by every oth
 gives one sensitivity, and the report shows their mean and spread. Settings are compared over one LR set,
 the LRs every setting ran (a mean over 4 LRs is not comparable with one over 6). A setting no LR of which
 trains (on the verdicts' scale, effects.trains) is marked and not ranked: its small spread says it fails
-everywhere, not that it is robust. A diverged or failed run counts at l_0.
+everywhere, not that it is robust. A diverged run counts at l_0; a failed one is not in any cell
+(andrea_exp.report.run_status).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from andrea_exp.report import figures
 from andrea_exp.report.cells import LR, LR_SWEEP, Cell, short
 from andrea_exp.report.claims.common import final_loss
 from andrea_exp.report.effects import References, references, trains, trains_rule
+from andrea_exp.report.run_status import finished
 from andrea_exp.report.stats import Stat, sort_key, stat
 from andrea_exp.report.table import md_table
 
@@ -81,7 +83,7 @@ def lr_curves(cells: list[Cell], refs: dict[str, References] | None = None) -> l
                                 for v in per_seed.values() if lr in v) for lr in lrs}
         shared_runs = [{lr: loss for lr, loss in v.items() if lr in over} for v in per_seed.values()]
         sens = stat(lr_sensitivity(v, l0) for v in shared_runs if len(v) >= 2)
-        diverged = sum(run.status != "finished" for run in runs)
+        diverged = sum(not finished(run) for run in runs)  # cells hold no failed runs
         good = None
         if refs is not None:
             ref = refs.get(group[0].experiment) or references(group)

@@ -113,9 +113,10 @@ def experiments_table(experiments: list[Experiment]) -> str:
         rows.append([e.label, e.kind, setup, ", ".join(short(a) for a in e.axes) or "-", len(e.cells),
                      sum(len(c.runs) for c in e.cells),
                      _seeds_text(e.cells) + f" (seeds {', '.join(map(str, seeds))})"])
-    use = ("Experiments (runs agreeing on every scientific setting except the study axes; launcher, logging and "
-           "probe-cadence settings are ignored). Training experiments vote on every claim; init-only ones on the "
-           "claims measured at step 0; LR sweeps feed the LR-sensitivity section.")
+    use = ("Experiments (runs agreeing on every scientific setting except the study axes, whichever sweep they came "
+           "from; launcher, logging, eval- and probe-cadence settings are ignored). Training experiments vote on "
+           "every claim, an LR sweep's cells at their own LR and at each cell's best LR; init-only ones on the claims "
+           "measured at step 0; failed runs on none.")
     return use + "\n\n" + md_table(["experiment", "kind", "settings that tell it apart", "axes", "cells", "runs",
                                       "seeds per cell"], rows)
 
@@ -123,7 +124,7 @@ def experiments_table(experiments: list[Experiment]) -> str:
 def _run_dirs(cell: Cell) -> str:
     """'claims_grid_seeds/{0,1}, claims_grid_parallel/{0}': the sweep directory, then the job numbers."""
     by_parent: dict[str, list[str]] = {}
-    for run in cell.runs:
+    for run in cell.runs + cell.excluded:
         by_parent.setdefault(run.path.parent.name, []).append(run.path.name)
     return ", ".join(f"{parent}/{{{','.join(jobs)}}}" for parent, jobs in by_parent.items())
 
@@ -132,7 +133,7 @@ def cells_table(cells: list[Cell]) -> str:
     rows = []
     for cell in cells:
         loss = stat(run.last(mk.EVAL_LOSS_AS_TRAINED) for run in cell.runs)
-        status = Counter(run.status for run in cell.runs)
+        status = Counter(run.status for run in cell.runs + cell.excluded)  # failed ones listed, not voting
         rows.append([cell.experiment, cell.label, ", ".join(map(str, cell.seeds)),
                      ", ".join(f"{k} {v}" for k, v in status.items()), str(loss), _run_dirs(cell)])
     return "## Runs and cells\n\n" + md_table(["experiment", "cell", "seeds", "status", "final held-out loss",
@@ -143,6 +144,8 @@ def copy_attention_maps(cells: list[Cell], out: Path) -> list[tuple[str, list[Pa
     """The first and the last map of layer 0 and of the last layer, from the first seed of each cell."""
     copied = []
     for i, cell in enumerate(cells):
+        if not cell.runs:
+            continue
         source = cell.runs[0].path / "attention_maps"
         pngs = sorted(source.glob("*.png")) if source.is_dir() else []
         if not pngs:

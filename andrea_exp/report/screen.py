@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp.report.cells import INIT_ONLY, Cell
+from andrea_exp.report.cells import INIT_ONLY, Cell, failed_lines
 from andrea_exp.report.claims import all_statements
 from andrea_exp.report.effects import THRESHOLDS, References, best_lr_cells, loss_or_l0, progress_of
 from andrea_exp.report.reference import describe
@@ -34,9 +34,9 @@ def data_box(c: Cells, cells: list[Cell]) -> tuple[str, list[str]]:
     rows, seq_lens = [], set()
     for label, refs in sorted(c.refs.items()):
         exp = [x for x in cells if x.experiment == label]
-        if not exp or all((x.runs[0].config.get("train.max_steps") or 0) == 0 for x in exp):
+        if not exp or all((x.get("train.max_steps") or 0) == 0 for x in exp):
             continue
-        cfg = exp[0].runs[0].config
+        cfg = (exp[0].runs or exp[0].excluded)[0].config
         source = str(cfg.get("data.name"))
         if cfg.get("data.path"):
             source += f" ({Path(str(cfg.get('data.path'))).name})"
@@ -51,12 +51,13 @@ def data_box(c: Cells, cells: list[Cell]) -> tuple[str, list[str]]:
     if len(seq_lens) > 1:
         warnings.append(f"experiments differ in T ({', '.join(map(str, sorted(seq_lens)))}): each is read "
                         "against its own references")
-    one_seed = [x for x in c.training + c.lr_sweep if len(x.runs) == 1]
+    one_seed = [x for x in {id(x): x for x in c.training + c.lr_sweep}.values() if len(x.runs) == 1]
     if one_seed:
         warnings.append(f"{len(one_seed)} cells have one seed: their effects have no interval (n=1)")
     edges = [f"{cell.label}" for cell, edge in best_lr_cells(c.lr_sweep) if edge]
     if edges:
         warnings.append(f"best LR at the edge of its sweep (the best may lie beyond it): {'; '.join(edges)}")
+    warnings += failed_lines(cells)
     short = {id(r) for x in cells for r in x.runs if is_short(r)}
     if short:
         warnings.append(f"{len(short)} runs are shorter than {MIN_STEPS} steps: too short to judge training")

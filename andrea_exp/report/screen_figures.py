@@ -68,10 +68,10 @@ def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
 
 def grid_cells(c: Cells) -> list[Cell]:
     """The training experiment that crosses d_k, the divisor and the mask (the claims grid), unit init."""
-    by_exp: dict[str, list[Cell]] = {}
-    for cell in c.training:
+    by_exp: dict[tuple, list[Cell]] = {}
+    for cell in c.training:  # at one LR: an experiment that also sweeps the LR holds a grid at each
         if {"model.d_k", "model.scale"} <= set(cell.axes) and cell.get("model.qk_init") in (None, "unit"):
-            by_exp.setdefault(cell.experiment, []).append(cell)
+            by_exp.setdefault((cell.experiment, str(cell.get(LR))), []).append(cell)
     return max(by_exp.values(), key=len, default=[])
 
 

@@ -8,12 +8,10 @@ Vote: a place passes when at least SEED_PASS_SHARE of its seeds pass (rounded up
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 
-from andrea_exp.config.schema import is_scientific
-from andrea_exp.report.cells import Cell
+from andrea_exp.report.cells import Cell, identity
 from andrea_exp.report.rules import Check
 from andrea_exp.report.runs import Run
 from andrea_exp.report.stats import stat
@@ -32,14 +30,9 @@ def seed_vote(passes) -> bool:
     return bool(passes) and sum(map(bool, passes)) >= seeds_needed(len(passes))
 
 
-def identity(run: Run) -> str:
-    """What makes two runs the same initialisation and training: scientific settings and the seed."""
-    science = {k: v for k, v in run.config.items() if is_scientific(k)}
-    return json.dumps([science, run.seed], sort_keys=True, default=str)
-
-
 def distinct_cells(cells: list[Cell]) -> list[Cell]:
-    """The cells with each distinct run kept once (the first, a finished one preferred); empty cells dropped."""
+    """The cells with each distinct run kept once (the first, a finished one preferred); empty cells dropped, but
+    for those whose every run failed (kept, with no runs: a place that needs them is not measured, and says why)."""
     best: dict[str, Run] = {}
     for cell in cells:
         for run in cell.runs:
@@ -54,8 +47,8 @@ def distinct_cells(cells: list[Cell]) -> list[Cell]:
             if best[key] is run and key not in kept:
                 kept.add(key)
                 runs.append(run)
-        if runs:
-            out.append(Cell(cell.axes, runs, cell.experiment, cell.kind))
+        if runs or cell.excluded:
+            out.append(Cell(cell.axes, runs, cell.experiment, cell.kind, cell.excluded))
     return out
 
 
@@ -72,17 +65,26 @@ def window_mean(key: str, window: tuple[int, int] = EARLY_WINDOW) -> Callable[[R
     return read
 
 
-def per_seed(cell: Cell, fn) -> dict:
+class SeedValues(dict):
+    """seed -> value, and why there are none where the runs behind them failed (run_status)."""
+
+    def __init__(self, values=(), why: str = ""):
+        super().__init__(values)
+        self.why = why
+
+
+def per_seed(cell: Cell, fn) -> SeedValues:
     """seed -> fn(run), finite values only (runs of one seed averaged: there should be one after dedupe)."""
     values: dict = {}
     for run in cell.runs:
         v = fn(run)
         if v is not None and math.isfinite(v):
             values.setdefault(run.seed, []).append(v)
-    return {s: sum(v) / len(v) for s, v in values.items()}
+    failed = not cell.runs and cell.excluded
+    return SeedValues({s: sum(v) / len(v) for s, v in values.items()}, "its runs failed" if failed else "")
 
 
-def paired(a: Cell, b: Cell, fn_a, fn_b, combine) -> dict:
+def paired(a: Cell, b: Cell, fn_a, fn_b, combine) -> SeedValues:
     """seed -> combine(fn_a(a's run), fn_b(b's run)) for the seeds both cells ran (twins share the seed)."""
     va, vb = per_seed(a, fn_a), per_seed(b, fn_b)
     out = {}
@@ -90,7 +92,8 @@ def paired(a: Cell, b: Cell, fn_a, fn_b, combine) -> dict:
         v = combine(va[s], vb[s])
         if v is not None and math.isfinite(v):
             out[s] = v
-    return out
+    why = "its runs failed" if va.why and vb.why else ("its twin failed" if va.why or vb.why else "")
+    return SeedValues(out, why)
 
 
 def seed_check(where: dict, values: dict, passes, threshold: str, distance, runs=(), vote: bool = True

@@ -2,7 +2,8 @@
 module (andrea_exp.report.claims.cN) builds its statements' places, this module turns places into a verdict.
 
 Every place votes, except one that cannot measure the claim (a row gradient of exactly 0 on both sides of a
-ratio, a twin that did not train, no reference for progress: named "not measured" with the reason) and a step-0
+ratio, a twin that did not train, no reference for progress, runs that failed (out of memory, killed, an error:
+not a result) on its side or its twin's: named "not measured" with the reason) and a step-0
 value the initialisation itself sets ("by construction at init": shown, not evidence). LR and phase of
 training (init = step 0, early = steps 1..200, end = the last probe) are axes of the condition. The verdict:
 
@@ -16,13 +17,15 @@ training (init = step 0, early = steps 1..200, end = the last probe) are axes of
 
 A place whose effect cannot be read as the claim asks (a seed that memorised its training data, a leak still
 growing when the run ended) is set aside, out of the vote, and named by why (andrea_exp.report.set_aside).
+
+Every cell that trains votes at its own LR, an LR sweep's too, so more runs only add places.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell
+from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell, short
 from andrea_exp.report.effects import (
     BY_CONSTRUCTION,
     FAILS,
@@ -81,8 +84,8 @@ def unmeasured_text(places: list[Place]) -> str:
     """'; not measured at d_k 64 (neither twin trained)': the places that cannot vote, with their reasons."""
     reasons: dict[str, list[Place]] = {}
     for p in places:
-        if p.unmeasurable:
-            reasons.setdefault(p.unmeasurable, []).append(p)
+        if p.why:
+            reasons.setdefault(p.why, []).append(p)
     return "".join(f"; not measured at {compact(ps)} ({why})" for why, ps in reasons.items())
 
 
@@ -92,7 +95,7 @@ def summarise(places: list[Place], construction: bool = False) -> tuple[str, str
     measured = [p for p in places if p.decision != NOT_MEASURED]
     decide = (lambda p: p.measured_decision) if construction else (lambda p: p.decision)
     if not measured:
-        reasons = sorted({p.unmeasurable for p in places if p.unmeasurable})
+        reasons = sorted({p.why for p in places if p.why})
         return NOT_MEASURED, "; ".join(reasons) or "no runs measure it"
     by = {d: [p for p in measured if decide(p) == d] for d in (HOLDS, FAILS, INCONCLUSIVE)}
     rest = unmeasured_text(places)
@@ -149,7 +152,7 @@ def _number(text: str):
 
 @dataclass
 class Cells:
-    training: list[Cell]  # training experiments' cells, each distinct run once
+    training: list[Cell]  # every cell that trains, each distinct run once: an LR sweep's at each of its LRs too
     init_only: list[Cell]
     lr_sweep: list[Cell]
     refs: dict[str, References]  # experiment label -> its references
@@ -162,8 +165,9 @@ class Cells:
         refs = {}
         for label in {c.experiment for c in distinct}:
             refs[label] = references([c for c in distinct if c.experiment == label], reference_runs)
-        return cls([c for c in distinct if c.kind == TRAINING], [c for c in distinct if c.kind == INIT_ONLY],
-                   [c for c in distinct if c.kind == LR_SWEEP], refs)
+        trains = [c for c in distinct if c.kind in (TRAINING, LR_SWEEP)]
+        return cls(trains, [c for c in distinct if c.kind == INIT_ONLY], [c for c in distinct if c.kind == LR_SWEEP],
+                   refs)
 
     def ref(self, cell: Cell) -> References:
         return self.refs[cell.experiment]
@@ -184,10 +188,17 @@ def is_causal(cell: Cell) -> bool:
     return str(cell.get("model.causal")).lower() == "true"
 
 
+NAMED_AXES = ("model.d_k", "model.qk_init", "model.scale", "model.causal")  # named above, or paired on by claims
+
+
 def where(cell: Cell, **extra) -> dict:
     out = {"d_k": cell.get("model.d_k")}
     if cell.get("model.qk_init") not in (None, "unit"):
         out["init"] = cell.get("model.qk_init")
+    # the cell's other axes (lr, ...): two values of one are two places; a switch left off is every place's baseline
+    for axis, value in cell.axes.items():
+        if axis not in NAMED_AXES and value is not False and value is not None:
+            out[short(axis)] = lr_text(cell) if axis == LR else value
     return {**out, **extra}
 
 
@@ -225,10 +236,10 @@ def max_dk(places: list[Place]):
 
 
 def pick(places: list[Place], **want) -> Place | None:
-    """The place at the largest d_k matching `want` (the chapter's strongest case), the default init first,
-    else the last one."""
+    """The place at the largest d_k matching `want` (the chapter's strongest case), the default init first and a
+    place at one fixed LR (a grid's) before an LR sweep's, else the last one."""
     top = max_dk(places)
-    for p in sorted(reversed(places), key=lambda p: "init" in p.where):
+    for p in sorted(reversed(places), key=lambda p: ("init" in p.where, "lr" in p.where)):
         if all(str(p.where.get(k)) == str(v) for k, v in want.items()) and p.where.get("d_k") in (top, None):
             return p
     return places[-1] if places else None

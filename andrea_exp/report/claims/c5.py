@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from andrea_exp.report import figures
-from andrea_exp.report.cells import INIT_ONLY, LR_SWEEP, TRAINING
+from andrea_exp.report.cells import INIT_ONLY, LR_SWEEP
 from andrea_exp.report.claims.common import (
     PEAKED_MAX_PROB,
     ClaimResult,
@@ -138,7 +138,7 @@ def c5_unit_scale(c: Cells) -> Statement:
         places.append(Place(where(cell, phase="init"),
                             Effect("scaled score std", seed_values(cell, PHASES["init"](mk.ATTN_SCORE_STD)),
                                    1 / threshold("UNIT"), threshold("UNIT")), by_construction=True))
-    for group in groups([x for x in scaled if x.kind == TRAINING], "model.d_k"):
+    for group in groups([x for x in scaled if x.kind != INIT_ONLY], "model.d_k"):
         group = sorted(group, key=lambda x: float(x.get("model.d_k")))
         for cell in group[1:]:
             for phase in ("early", "end"):
@@ -148,8 +148,8 @@ def c5_unit_scale(c: Cells) -> Statement:
                                     Effect("score std / the smallest d_k's", ratio, 1 / threshold("UNIT"),
                                            threshold("UNIT"))))
     places = dedupe(places)
-    head = next((p for p in places if p.where.get("phase") == "end" and p.where.get("d_k") == max_dk(places)),
-                pick_place(places))
+    head = next((p for p in sorted(places, key=lambda p: "lr" in p.where)  # a grid's place before an LR sweep's
+                 if p.where.get("phase") == "end" and p.where.get("d_k") == max_dk(places)), pick_place(places))
     return Statement("C5a", "with the divisor scores stay near unit scale whatever d_k", places, head,
                      "factor 2 of 1 (init) or of the smallest d_k (over training)")
 

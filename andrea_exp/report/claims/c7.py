@@ -28,6 +28,7 @@ from andrea_exp.report.effects import (
     twins,
 )
 from andrea_exp.report.leak_growth import with_growth
+from andrea_exp.report.run_status import finished
 from andrea_exp.report.seeds import per_seed, seed_check, seed_vote
 from andrea_exp.report.seeds import per_seed as seed_values
 from andrea_exp.report.stats import stat
@@ -162,8 +163,8 @@ def c7_leak(c: Cells) -> Statement:
         se = [r.last(mk.EVAL_LOSS_SE) for r in causal.runs + open_.runs]
         se = [v for v in se if v is not None and math.isfinite(v)]
         margin = max(threshold("LEAK"), 3 * math.sqrt(2) * (sum(se) / len(se))) if se else threshold("LEAK")
-        # a run that did not finish counts at its step-0 loss (as in progress), never at a last value it logged
-        last = lambda key: lambda run: run.last(key) if run.status == "finished" else None  # noqa: E731
+        # a run that diverged counts at its step-0 loss (as in progress), never at a last value it logged
+        last = lambda key: lambda run: run.last(key) if finished(run) else None  # noqa: E731
         leak = Effect("twin loss - loss as trained", paired_values(causal, open_, loss_or_l0, loss_or_l0,
                                                                    lambda a, b: a - b), low=margin)
         also = []
