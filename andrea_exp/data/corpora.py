@@ -23,7 +23,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from andrea_exp.config.errors import ConfigError
+from andrea_exp.config.errors import ConfigError, describe_os_error, describe_unwritable, unwritable
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,9 @@ def fetch(name: str, into: Path, archive: Path | None = None) -> Path:
     if name not in CORPORA:
         raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}; got {name!r}")
     corpus = CORPORA[name]
+    blocked = unwritable(into)
+    if blocked is not None:  # before any download
+        raise ConfigError(f"{into} cannot be written: {describe_unwritable(blocked)}")
     into.mkdir(parents=True, exist_ok=True)
     archive = archive or download(corpus, into)
     out = into / f"{name}.txt"
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, a directory that appeared in the way
+        print(f"error: {describe_os_error(err)}", file=sys.stderr)
+        return 1
     print(f"[andrea-exp] wrote {out} ({out.stat().st_size} bytes): andrea-exp data=text data.path={out}")
     return 0
 

@@ -38,7 +38,7 @@ from andrea_exp.report.effects import (
     threshold,
     twins,
 )
-from andrea_exp.report.seeds import distinct_cells, per_seed
+from andrea_exp.report.seeds import distinct_cells, is_short, per_seed
 from andrea_exp.report.stats import sort_key
 from andrea_exp.runs import metric_keys as mk
 
@@ -55,6 +55,7 @@ class Statement:
     source: str = "runs"  # runs | built-in (synthetic checks of the pipeline, no training)
     notes: list[str] = field(default_factory=list)
     fixed_verdict: tuple[str, str] | None = None  # (verdict, condition) of a built-in check
+    short: bool = False  # some runs behind it are too short to judge training (seeds.is_short): its row says so
 
     @property
     def verdict(self) -> tuple[str, str]:
@@ -330,8 +331,10 @@ def c7_leak(c: Cells) -> Statement:
     places = dedupe(places)
     head = max((p for p in places), key=lambda p: (p.effect.stat.mean if p.effect.stat.n else -math.inf),
                default=None)
+    short = any(is_short(r) for _, causal, open_ in twins(c.training, "model.causal", True, False)
+                for r in causal.runs + open_.runs)
     return Statement("C7", "without the mask a shortcut is learned and fails at generation", places, head,
-                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level")
+                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level", short=short)
 
 
 def c9_flat(c: Cells) -> Statement:
