@@ -179,24 +179,26 @@ def _check_token_dir(root: Path, cfg_data, seq_len: int) -> None:
     vocab = token_vocab_size(cfg_data)  # null: meta.json's (andrea_exp.data.prepare), else GPT-2's 50257
     if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= 65536:
         raise ConfigError(f"data.vocab_size must be an integer from 2 to 65536 (uint16 token ids); got {vocab!r}")
+    heads: dict[Path, np.ndarray] = {}  # the first BINARY_SAMPLE bytes of each file, as ids
     for name in TOKEN_FILES:
         file = root / name
         if not file.exists() and not file.is_symlink():
             raise _fail(file, f"is missing; data=tokens needs {' and '.join(TOKEN_FILES)} in data.path")
         _check_regular_file(file, "data=tokens needs a flat uint16 token file")
         head = _read_head(file, BINARY_SAMPLE)
-        cause = wide_token_cause(head)
-        if cause is not None:
-            raise _fail(file, f"{cause}; data=tokens reads flat little-endian uint16 ids (python -m "
-                              "andrea_exp.prepare writes them)")
         size = file.stat().st_size
         if size % TOKEN_DTYPE.itemsize:
             raise _fail(file, f"has an odd number of bytes ({size}); a token file is flat uint16, 2 bytes a token")
         if size // TOKEN_DTYPE.itemsize < seq_len + 1:
             raise _fail(file, f"holds {size // TOKEN_DTYPE.itemsize} tokens; data.seq_len={seq_len} needs at "
                               f"least {seq_len + 1}")
-        first = np.frombuffer(head, dtype=TOKEN_DTYPE, count=len(head) // TOKEN_DTYPE.itemsize)
-        too_large_id(first, vocab, file, f"its first {first.size} tokens")
+        cause = wide_token_cause(head)
+        if cause is not None:
+            raise _fail(file, f"{cause}; data=tokens reads flat little-endian uint16 ids (python -m "
+                              "andrea_exp.prepare writes them)")
+        heads[file] = np.frombuffer(head, dtype=TOKEN_DTYPE, count=len(head) // TOKEN_DTYPE.itemsize)
     held_file = root / "val.bin"
     held = held_out_token_windows(held_file, seq_len, int(cfg_data.get("eval_sequences", 1)))
     too_large_id(held, vocab, held_file, "its held-out windows")
+    for file, first in heads.items():  # the start of train.bin, which the held-out windows do not see
+        too_large_id(first, vocab, file, f"its first {first.size} tokens")
