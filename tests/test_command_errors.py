@@ -23,7 +23,8 @@ def python_m(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("module, args", [("andrea_exp.prepare", ("missing.txt", "--out", "x")),
-                                          ("andrea_exp.corpora", ("nope", "corpora"))])
+                                          ("andrea_exp.corpora", ("nope", "corpora")),
+                                          ("andrea_exp.runs", ("no-such-sweep",))])
 def test_python_m_commands_exit_non_zero_on_an_error(tmp_path, module, args):
     done = python_m(module, *args, cwd=tmp_path)
     assert done.returncode == 2, done
