@@ -3,4 +3,4 @@
 from andrea_exp.data.prepare import main
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())  # its status: non-zero on an error

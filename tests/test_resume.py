@@ -295,6 +295,8 @@ def test_with_dropout_a_resumed_run_equals_the_unbroken_one(dropout_unbroken, tm
     resumed = crash_then_resume(tmp_path / "run", monkeypatch)
     assert sorted(resumed) == list(range(30))
     assert resumed == dropout_unbroken  # bit for bit, the steps after the resume included
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["run/steps"], summary["run/start_step"]) == (30, CRASH_AT)  # the segment ran 10 of the 30
 
 
 def test_without_the_random_streams_the_resumed_run_differs(dropout_unbroken, tmp_path, monkeypatch):

@@ -38,7 +38,7 @@ def sweep_dir(tmp_path) -> Path:
               {"run/status": "finished", "eval/loss_as_trained": 1.5, "eval/gap": 0.0, "attn/entropy": "nan",
                "run/steps": 3},
               [{"step": 0, "train/loss": 3.0, "grad/norm": 0.5}, {"step": 1, "train/loss": 2.0},
-               {"step": 2, "train/loss": 1.0, "eval/loss_as_trained": 1.5, "eval/sample": "1 2 3"}])
+               {"step": 2, "train/loss": 1.0}, {"step": 3, "eval/loss_as_trained": 1.5, "eval/sample": "1 2 3"}])
     write_job(root / "1", ["model.d_k=16", "train.max_steps=3"], {"model": {"d_k": 16, "causal": True}, "seed": 0},
               {"run/status": "failed", "run/error": "boom", "run/steps": 1}, [{"step": 0, "train/loss": "inf"}])
     write_job(root / "2", ["model.d_k=32", "train.max_steps=3"], {"model": {"d_k": 32, "causal": True}, "seed": 0},
@@ -75,7 +75,7 @@ def test_history_is_long_form_numbers_only(sweep_dir):
     assert list(frame.columns) == ["path", "step", "key", "value"]
     rows = [(Path(p).name, s, k, v) for p, s, k, v in frame.itertuples(index=False)]
     assert rows == [("0", 0, "train/loss", 3.0), ("0", 0, "grad/norm", 0.5), ("0", 1, "train/loss", 2.0),
-                    ("0", 2, "train/loss", 1.0), ("0", 2, "eval/loss_as_trained", 1.5),
+                    ("0", 2, "train/loss", 1.0), ("0", 3, "eval/loss_as_trained", 1.5),
                     ("1", 0, "train/loss", math.inf)]  # the text sample is left out; "inf" is a number again
 
 

@@ -14,7 +14,7 @@ from conftest import compose_config, data_error_line
 from omegaconf import OmegaConf
 
 import andrea_exp.config.data_checks as checks_module
-from andrea_exp.config.data_checks import check_data
+from andrea_exp.config.data_checks import BINARY_SAMPLE, check_data
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.data.sources import TokenWindows, build_dataset
 
@@ -160,8 +160,11 @@ def test_held_out_id_beyond_the_vocabulary_is_one_line(tmp_path):
 
 
 def test_training_id_beyond_the_vocabulary_is_one_line(tmp_path):
-    root = corpus(tmp_path, n_train=100, val=np.zeros(200))  # training ids 0..99, held-out ids 0
-    data = build_dataset(tokens_cfg(root, vocab_size=50), T, seed=0)  # the held-out windows pass
+    # id 99 only after the first 1 MiB of train.bin, which validation reads; held-out ids 0
+    root = corpus(tmp_path, n_train=100, val=np.zeros(200))
+    half = BINARY_SAMPLE // 2
+    write_tokens(root / "train.bin", np.concatenate([np.zeros(half), np.full(half, 99)]))
+    data = build_dataset(tokens_cfg(root, vocab_size=50, train_sequences=4), T, seed=0)  # validation passes
     with pytest.raises(ConfigError, match=re.escape(f"{str(root / 'train.bin')!r}: its training windows hold token")):
         for step in range(20):
             data.batch(step, 4, seed=0)
@@ -234,7 +237,7 @@ def test_token_file_too_small_for_seq_len(tmp_path, name):
     assert build_dataset(tokens_cfg(root), T, seed=0).batch(0, 1, seed=0)[0].shape == (1, T)
 
 
-@pytest.mark.parametrize("vocab", [0, 65537, 1.5, True])  # None: meta.json's, else 50257 (tests/test_prepare.py)
+@pytest.mark.parametrize("vocab", [0, 1, 65537, 1.5, True])  # None: meta.json's, else 50257 (tests/test_prepare.py)
 def test_vocab_size_must_fit_uint16(tmp_path, vocab):
     message = config_error(tokens_cfg(corpus(tmp_path), vocab_size=vocab))
-    assert message == f"data.vocab_size must be an integer from 1 to 65536 (uint16 token ids); got {vocab!r}"
+    assert message == f"data.vocab_size must be an integer from 2 to 65536 (uint16 token ids); got {vocab!r}"

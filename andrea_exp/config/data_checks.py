@@ -1,7 +1,8 @@
 """Checks of a data source's settings and files, cheap and without torch: a bad data.path (missing,
-unreadable, a directory, binary, too small, token ids beyond the vocabulary) is one line naming the
-setting and the cause, raised while the settings are validated, before any expensive work. The token
-file format's constants and readers live here too, shared with andrea_exp.data.sources's loaders.
+unreadable, a directory, binary, too small, 4-byte numbers given as uint16 ids, token ids beyond the
+vocabulary) is one line naming the setting and the cause, raised while the settings are validated, before
+any expensive work. The token file format's constants and readers live here too, shared with
+andrea_exp.data.sources's loaders.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def too_large_id(rows: np.ndarray, vocab_size: int, file: Path, what: str) -> No
 
 def token_meta(root: Path) -> dict | None:
     """The meta.json of a token directory (andrea_exp.data.prepare), or None when there is none; a meta.json that
-    cannot be read, or whose vocab_size is not an integer from 1 to 65536, is a one-line error."""
+    cannot be read, or whose vocab_size is not an integer from 2 to 65536, is a one-line error."""
     file = Path(root) / TOKEN_META
     if not file.is_file():
         return None
@@ -47,8 +48,8 @@ def token_meta(root: Path) -> dict | None:
         raise _fail(file, f"cannot be read as JSON ({getattr(err, 'strerror', None) or err}); "
                           "rewrite it with python -m andrea_exp.prepare or remove it") from None
     vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 1 <= vocab <= 65536:
-        raise _fail(file, f"has vocab_size {vocab!r}, not an integer from 1 to 65536; rewrite it with "
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= 65536:
+        raise _fail(file, f"has vocab_size {vocab!r}, not an integer from 2 to 65536; rewrite it with "
                           "python -m andrea_exp.prepare or remove it")
     return meta
 
@@ -150,24 +151,54 @@ def binary_cause(head: bytes) -> str | None:
     return None
 
 
+MIN_WIDTH_WORDS = 16  # wide_token_cause judges a head of at least this many 4-byte words
+
+
+def wide_token_cause(head: bytes) -> str | None:
+    """Why the first bytes of a token file are 4-byte numbers rather than uint16 ids, or None. Read as
+    little-endian int32 or float32, uint16 text ids are almost never all whole numbers below 65536 (that needs
+    every second id 0, or every second id in a narrow band and their neighbours' low bits 0); 32- or 64-bit ids
+    always are. A head of zeros alone says nothing."""
+    words = len(head) // 4
+    if words < MIN_WIDTH_WORDS or not any(head[: words * 4]):
+        return None
+    as_int = np.frombuffer(head, dtype="<i4", count=words)
+    if ((as_int >= 0) & (as_int < 65536)).all():
+        return "looks like 32- or 64-bit integers, not uint16 ids: every second uint16 of its first bytes is 0"
+    as_float = np.frombuffer(head, dtype="<f4", count=words).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        whole = np.isfinite(as_float) & (as_float >= 0) & (as_float < 65536) & (as_float == np.round(as_float))
+    if whole.all():
+        return "looks like 32-bit floats, not uint16 ids: its first bytes read as float32 are all whole numbers"
+    return None
+
+
 def _check_token_dir(root: Path, cfg_data, seq_len: int) -> None:
     if not root.is_dir():
         raise _fail(root, "is a file; data=tokens needs a directory holding train.bin and val.bin")
     vocab = token_vocab_size(cfg_data)  # null: meta.json's (andrea_exp.data.prepare), else GPT-2's 50257
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 1 <= vocab <= 65536:
-        raise ConfigError(f"data.vocab_size must be an integer from 1 to 65536 (uint16 token ids); got {vocab!r}")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 2 <= vocab <= 65536:
+        raise ConfigError(f"data.vocab_size must be an integer from 2 to 65536 (uint16 token ids); got {vocab!r}")
+    heads: dict[Path, np.ndarray] = {}  # the first BINARY_SAMPLE bytes of each file, as ids
     for name in TOKEN_FILES:
         file = root / name
         if not file.exists() and not file.is_symlink():
             raise _fail(file, f"is missing; data=tokens needs {' and '.join(TOKEN_FILES)} in data.path")
         _check_regular_file(file, "data=tokens needs a flat uint16 token file")
-        _read_head(file, TOKEN_DTYPE.itemsize)
+        head = _read_head(file, BINARY_SAMPLE)
         size = file.stat().st_size
         if size % TOKEN_DTYPE.itemsize:
             raise _fail(file, f"has an odd number of bytes ({size}); a token file is flat uint16, 2 bytes a token")
         if size // TOKEN_DTYPE.itemsize < seq_len + 1:
             raise _fail(file, f"holds {size // TOKEN_DTYPE.itemsize} tokens; data.seq_len={seq_len} needs at "
                               f"least {seq_len + 1}")
+        cause = wide_token_cause(head)
+        if cause is not None:
+            raise _fail(file, f"{cause}; data=tokens reads flat little-endian uint16 ids (python -m "
+                              "andrea_exp.prepare writes them)")
+        heads[file] = np.frombuffer(head, dtype=TOKEN_DTYPE, count=len(head) // TOKEN_DTYPE.itemsize)
     held_file = root / "val.bin"
     held = held_out_token_windows(held_file, seq_len, int(cfg_data.get("eval_sequences", 1)))
     too_large_id(held, vocab, held_file, "its held-out windows")
+    for file, first in heads.items():  # the start of train.bin, which the held-out windows do not see
+        too_large_id(first, vocab, file, f"its first {first.size} tokens")

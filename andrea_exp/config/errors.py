@@ -45,6 +45,12 @@ def unwritable(where: Path) -> OSError | None:
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
         with tempfile.TemporaryFile(dir=existing):
             pass
-    except OSError as err:
-        return err
+    except OSError as err:  # named by the directory tested: the temporary file's name means nothing to a user
+        named = type(err)(err.errno, err.strerror or str(err), str(existing))
+        return named
     return None
+
+
+def describe_unwritable(err: OSError) -> str:
+    """unwritable()'s error as words: `no file can be created in /proc (No such file or directory)`."""
+    return f"no file can be created in {err.filename} ({err.strerror or type(err).__name__})"

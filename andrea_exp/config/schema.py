@@ -199,7 +199,7 @@ class DataSchema:
     seq_len: int = setting(Integer(1))
     train_sequences: int | None = setting(Integer(1), optional=True)  # null (data=tokens): every window
     eval_sequences: int = setting(Integer(1))
-    vocab_size: int | None = setting(Integer(1), sources=("markov", "text", "tokens"))
+    vocab_size: int | None = setting(Integer(2), sources=("markov", "text", "tokens"))  # one token: nothing to learn
     order: int | None = setting(Integer(1), sources=("markov",))
     branching: int | None = setting(Integer(1), sources=("markov",))
     concentration: float | None = setting(Finite(low=0, low_inclusive=False), sources=("markov",))

@@ -161,6 +161,8 @@ def command_line_error(argv: list[str], config_dir: Path, config_name: str = "co
         compose_cell = lambda cell, hydra=False: compose(config_name, overrides=cell, return_hydra_config=hydra)
         try:
             fixed, axes = _split_sweep(overrides)
+            if axes and not multirun:
+                return sweep_needs_m(axes, argv)
             if multirun:
                 axes += _experiment_axes(compose_cell(fixed, hydra=True), fixed, axes)
         except _OverrideError as err:
@@ -201,6 +203,14 @@ def sweep_without_m(hydra_cfg: DictConfig, fixed: list[str], argv: list[str]) ->
     preset = next((line for line in fixed if line.lstrip("+~").startswith("experiment=")), "the experiment")
     return (f"{preset} is a sweep of {runs} runs over {keys}; run it with -m: andrea-exp -m {shlex.join(argv)} "
             "(or give each of those settings one value to train a single run)")
+
+
+def sweep_needs_m(axes: list[list[str]], argv: list[str]) -> str:
+    """One line for values swept without -m (Hydra says it in four lines): the command with -m."""
+    import shlex
+
+    swept = ", ".join(f"{axis[0].split('=', 1)[0]} ({len(axis)} values)" for axis in axes)
+    return f"values separated by commas are a sweep ({swept}); run it with -m: andrea-exp -m {shlex.join(argv)}"
 
 
 class _OverrideError(ValueError):

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from andrea_exp.config.data_checks import BINARY_SAMPLE, binary_cause
-from andrea_exp.config.errors import ConfigError
+from andrea_exp.config.errors import ConfigError, describe_os_error, describe_unwritable, unwritable
 from andrea_exp.data import debian
 
 
@@ -211,6 +211,9 @@ def fetch(name: str, into: Path, archive: Path | None = None) -> Path:
     if name not in CORPORA:
         raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}; got {name!r}")
     corpus = CORPORA[name]
+    blocked = unwritable(into)
+    if blocked is not None:  # before any download
+        raise ConfigError(f"{into} cannot be written: {describe_unwritable(blocked)}")
     into.mkdir(parents=True, exist_ok=True)
     if isinstance(corpus, Documents):
         if archive is not None:
@@ -236,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, a directory that appeared in the way
+        print(f"error: {describe_os_error(err)}", file=sys.stderr)
+        return 1
     if out.is_dir():
         packages = json.loads((out / PROVENANCE).read_text(encoding="utf-8"))["packages"]
         print(f"[andrea-exp] wrote {out}/: {sum(p['documents'] for p in packages)} documents, "

@@ -14,7 +14,8 @@ of andrea_exp.data.references on val.bin's windows of --seq-len + 1 tokens).
 Tokenizers: `bytes` (256 ids), `bpe` (byte-level BPE trained on the corpus with Hugging Face `tokenizers`)
 and `gpt2` (tiktoken's GPT-2 encoding, loaded from tiktoken's cache only: this command never downloads).
 Both packages are the `prepare` extra. A bad input is one line naming it, found before any tokenizing; the
-same inputs and settings again are a no-op unless --force; files are written whole, then renamed.
+same inputs and settings again are a no-op unless --force; other inputs or settings over an earlier output,
+or a non-empty folder that holds none, need --force; files are written whole, then renamed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from andrea_exp.config.data_checks import BINARY_SAMPLE, TOKEN_DTYPE, TOKEN_META, binary_cause, held_out_token_windows
-from andrea_exp.config.errors import ConfigError, describe_os_error, unwritable
+from andrea_exp.config.errors import ConfigError, describe_os_error, describe_unwritable, unwritable
 from andrea_exp.data.corpora import archive_texts
 from andrea_exp.data.references import SMOOTHING, NgramCounts, held_out_references, token_file_stretches
 
@@ -375,19 +376,38 @@ def sha256(data: bytes) -> str:
 
 def up_to_date(out: Path, settings: dict, inputs: list[dict]) -> bool:
     """meta.json records these settings and inputs (sizes and hashes), and its files are all there whole."""
+    return difference(out, settings, inputs) is None
+
+
+def difference(out: Path, settings: dict, inputs: list[dict]) -> str | None:
+    """How the preparation in `out` differs from these settings and inputs, in words; None when it is up to date."""
     try:
         meta = json.loads((out / TOKEN_META).read_text(encoding="utf-8"))
         if meta.get("settings") != settings:
-            return False
+            old = meta.get("settings") or {}
+            changed = [f"{key} was {old.get(key)!r}" for key, value in settings.items() if old.get(key) != value]
+            return f"it was prepared with other settings ({', '.join(changed) or 'none recorded'})"
         if [(i["bytes"], i["sha256"]) for i in meta["inputs"]] != [(i["bytes"], i["sha256"]) for i in inputs]:
-            return False
+            return "it was prepared from other inputs (their sizes or SHA-256 differ)"
         for split in ("train", "val"):
             if (out / f"{split}.bin").stat().st_size != meta["tokens"][split] * TOKEN_DTYPE.itemsize:
-                return False
+                return f"its {split}.bin is not the size its meta.json records"
         file = meta["tokenizer"].get("file")
-        return file is None or (out / file).is_file()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+        return None if file is None or (out / file).is_file() else f"its {file} is missing"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return f"its {TOKEN_META} or token files cannot be read ({type(err).__name__})"
+
+
+def replacement_refusal(out: Path, differs: str) -> str | None:
+    """Why writing into `out` would replace earlier output (so needs --force), or None when `out` is new or
+    empty. `differs` is difference()'s answer for a directory that holds a meta.json."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    if (out / TOKEN_META).is_file():
+        return (f"--out {str(out)!r} holds an earlier preparation and {differs}; --force replaces it, or choose "
+                "another --out")
+    return (f"--out {str(out)!r} is not empty and holds no preparation ({TOKEN_META}); choose a new or empty "
+            "folder, or --force writes train.bin, val.bin and meta.json into it")
 
 
 def references(train: np.ndarray, val_file: Path, val_tokens: int, vocab_size: int, seq_len: int) -> dict:
@@ -494,7 +514,7 @@ def prepare(inputs: Sequence[str], out: Path, tokenizer: str = "bytes", vocab_si
         raise ConfigError(f"--out {str(out)!r} is a file; it must name a directory")
     blocked = unwritable(out)
     if blocked is not None:
-        raise ConfigError(f"--out {str(out)!r} cannot be written: {describe_os_error(blocked)}")
+        raise ConfigError(f"--out {str(out)!r} cannot be written: {describe_unwritable(blocked)}")
     gpt2 = load_gpt2() if tokenizer == "gpt2" else None
     if tokenizer == "bpe":
         import_tokenizers()
@@ -507,8 +527,13 @@ def prepare(inputs: Sequence[str], out: Path, tokenizer: str = "bytes", vocab_si
     if split == "documents":  # only then: a stream split's settings stay what earlier preparations recorded
         settings |= {"split": split, "split_seed": split_seed}
     listed = [{"path": s.name, "bytes": len(s.data), "sha256": sha256(s.data)} for s in sources]
-    if not force and up_to_date(out, settings, listed):
-        return {"up_to_date": True, "meta": json.loads((out / TOKEN_META).read_text(encoding="utf-8"))}
+    if not force:
+        differs = difference(out, settings, listed)
+        if differs is None:
+            return {"up_to_date": True, "meta": json.loads((out / TOKEN_META).read_text(encoding="utf-8"))}
+        refusal = replacement_refusal(out, differs)
+        if refusal is not None:  # before tokenizing: nothing earlier is replaced without --force
+            raise ConfigError(refusal)
     done = tokenize(tokenizer, sources, vocab_size, gpt2, by_document=split == "documents")
     split_meta = {"rule": SPLIT_RULE, "val_fraction": val_fraction}
     train_n = split_sizes(done.ids.size, val_fraction)[0]
@@ -552,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-fraction", type=float, default=0.1, help="the held-out end of the tokens (0.1)")
     parser.add_argument("--seq-len", type=int, default=1024, help="training context: val.bin must hold "
                                                                   f"{MIN_VAL_WINDOWS} windows of it (1024)")
-    parser.add_argument("--force", action="store_true", help="prepare again even when up to date")
+    parser.add_argument("--force", action="store_true", help="prepare again even when up to date; replace an "
+                        "earlier preparation of other inputs or settings, or write into a non-empty folder")
     parser.add_argument("--split", default="stream", help="stream: val.bin is the end of the joined tokens; "
                                                           "documents: a seeded choice of whole input files (stream)")
     parser.add_argument("--split-seed", type=int, default=0, help="the seed of --split documents' choice (0)")

@@ -28,7 +28,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--note", action="append", default=[],
                         help="a line for the header, e.g. the commit the runs were made with (repeatable)")
     args = parser.parse_args(argv)
-    missing = [d for d in args.sweep_dirs if not Path(d).is_dir()]
+    files = [d for d in args.sweep_dirs if Path(d).exists() and not Path(d).is_dir()]
+    if files:
+        parser.error(f"SWEEP_DIR must be directories of runs; these are files: {', '.join(files)}")
+    missing = [d for d in args.sweep_dirs if not Path(d).exists()]
     if missing:
         parser.error(f"SWEEP_DIR must be existing directories; not found: {', '.join(missing)}")
     out = args.out

@@ -12,6 +12,7 @@ import functools
 import math
 import multiprocessing
 import os
+import re
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,9 @@ def _figure(n_rows: int = 1, n_cols: int = 1, width: float = 5.5, height: float 
     return fig, fig.subplots(n_rows, n_cols, squeeze=False)
 
 
+TICK_LABEL_SIZE = 7  # major and minor tick labels alike (a log axis labels its minor ticks too)
+
+
 def _save(fig, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,10 +72,40 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+# one colour per setting in every figure of the report and the appendix, so a reader learns them once
+SETTING_COLOURS = {"1/sqrt(d_k)": "C0", "no divisor": "C3", "1/d_k": "C2", "1/sqrt(d_k) + QK-LN": "C1",
+                   "1/d_k + QK-LN": "C4", "as trained (no mask)": "C0", "causal twin": "C2",
+                   "at generation (no mask)": "C3"}
+_SCALE_WORDS = {"sqrt": "1/sqrt(d_k)", "none": "no divisor", "inv": "1/d_k"}
+_SCALE_AXIS = re.compile(r"(?:^|\s)scale=(sqrt|none|inv)(?=\s|$)")
+_QK_LN_ON = re.compile(r"(?:^|\s)qk_layernorm=true(?=\s|$)", re.I)
+
+
+def setting_of(label: str) -> str | None:
+    """The setting a label names, as SETTING_COLOURS spells it: the label itself ("no divisor"), or its
+    scale axis ("[grid] scale=none causal=True (n=3)" -> "no divisor", with qk_layernorm=True "... + QK-LN")."""
+    if label in SETTING_COLOURS:
+        return label
+    scale = _SCALE_AXIS.search(label)
+    if scale is None:
+        return None
+    words = _SCALE_WORDS[scale.group(1)] + (" + QK-LN" if _QK_LN_ON.search(label) else "")
+    return words if words in SETTING_COLOURS else None
+
+
 def _colours(labels) -> dict:
-    """One colour per label, the same in every panel of a figure (so one legend serves them all)."""
-    cycle = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "olive", "navy", "maroon", "teal"]
-    return {label: cycle[i % len(cycle)] for i, label in enumerate(dict.fromkeys(labels))}
+    """One colour per label, the same in every panel of a figure (so one legend serves them all): a label that
+    alone in the figure names a setting of SETTING_COLOURS gets that setting's colour; the others take the
+    cycle's colours that no such label holds."""
+    labels = list(dict.fromkeys(labels))
+    settings = [setting_of(label) for label in labels]
+    colours = {label: SETTING_COLOURS[s] for label, s in zip(labels, settings)
+               if s is not None and settings.count(s) == 1}
+    cycle = [c for c in ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "olive", "navy", "maroon",
+                         "teal") if c not in colours.values()]
+    rest = [label for label in labels if label not in colours]
+    colours.update({label: cycle[i % len(cycle)] for i, label in enumerate(rest)})
+    return colours
 
 
 def _line_style(label: str) -> str:
@@ -128,6 +162,7 @@ def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
         ax.set_title(panel.get("title", ""), fontsize=10)
         ax.set_xlabel(panel.get("xlabel", ""))
         ax.set_ylabel(panel.get("ylabel", ""))
+        ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
         ax.grid(alpha=0.3)
     for ax in flat[len(panels):]:
         ax.set_visible(False)
@@ -157,6 +192,7 @@ def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int
         ax.set_title(panel["title"], fontsize=10)
         ax.set_xlabel("step")
         ax.set_ylabel("train/loss (nats)")
+        ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
         ax.grid(alpha=0.3)
     for ax in flat[len(panels):]:
         ax.set_visible(False)

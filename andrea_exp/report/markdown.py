@@ -219,7 +219,11 @@ def short_header(argv: list[str], study: Study, machine: str | None, notes: list
 def write_report(roots: list[str], out: Path, argv: list[str], machine: str | None = None,
                  notes: list[str] | None = None) -> Path:
     """report.md (the first screen, figures, rules) and appendix.md (every place and check) under `out`."""
-    runs, reference_runs = reference.split(load_runs(roots))  # reference runs set the scale, judged nowhere
+    damaged: list[str] = []
+    runs, reference_runs = reference.split(load_runs(roots, damaged))  # reference runs set the scale, judged nowhere
+    notes = [*(notes or []), *(f"left out a damaged run: {line}" for line in damaged)]
+    if not runs and damaged:
+        raise NoRuns(f"every run under {', '.join(map(str, roots))} is damaged ({len(damaged)}, each named above)")
     if not runs:
         raise NoRuns(f"no runs under {', '.join(map(str, roots))} (a run directory holds .hydra/ and summary.json "
                      "or metrics.jsonl)")

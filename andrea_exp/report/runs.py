@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from andrea_exp.runs.reader import Run, has_logged, read_run
+from andrea_exp.runs.reader import Run, has_logged, read_run, read_runs
 from andrea_exp.runs.rundir import find_run_dirs as _walk
 
 __all__ = ["Run", "find_run_dirs", "load_run", "load_runs"]
@@ -28,5 +28,6 @@ def find_run_dirs(roots) -> list[Path]:
     return sorted({path for path in _walk(*(r for r in roots if r.is_dir())) if has_logged(path)})
 
 
-def load_runs(roots) -> list[Run]:
-    return [load_run(path) for path in find_run_dirs(roots)]
+def load_runs(roots, damaged: list[str] | None = None) -> list[Run]:
+    """The runs under the roots; a damaged one is left out with one line naming its file (reader.read_runs)."""
+    return read_runs(find_run_dirs(roots), damaged=damaged)

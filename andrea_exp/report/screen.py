@@ -94,7 +94,8 @@ def verdict_table(stmts: list[Statement]) -> str:
         effect = "-"
         if s.headline is not None:
             effect = f"{s.headline.effect.name} at {s.headline.label()}: {s.headline.effect.text()}"
-        rows.append([s.id, s.text, f"**{verdict}**", condition or "-", effect, s.reference,
+        verdict = f"**{verdict}**" + (f" (runs under {MIN_STEPS} steps: too short to judge)" if s.short else "")
+        rows.append([s.id, s.text, verdict, condition or "-", effect, s.reference,
                      "built-in" if s.source == "built-in" else "runs"])
     return md_table(["claim", "statement", "verdict", "condition", "effect (headline place)", "reference",
                      "rests on"], rows)

@@ -15,10 +15,6 @@ from andrea_exp.report.verdicts import Cells, is_causal
 from andrea_exp.runs import metric_keys as mk
 
 REF_STYLES = {"floor": ":", "bigram": "--", "unigram": "-."}
-# one colour per setting in every figure, so a reader learns them once
-LABEL_COLOURS = {"1/sqrt(d_k)": "C0", "no divisor": "C3", "1/d_k": "C2", "1/sqrt(d_k) + QK-LN": "C1",
-                 "1/d_k + QK-LN": "C4", "as trained (no mask)": "C0", "causal twin": "C2",
-                 "at generation (no mask)": "C3"}
 
 
 def ref_lines(refs: References) -> dict:
@@ -33,7 +29,7 @@ def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
     n_cols = min(n_cols, len(panels))
     n_rows = math.ceil(len(panels) / n_cols)
     labels = [label for panel in panels for label in panel["curves"]]
-    colours = {**figures._colours(labels), **LABEL_COLOURS}
+    colours = figures._colours(labels)  # a setting's colour, the same in the appendix's figures
     fig, axes = figures._figure(n_rows, n_cols, width=4.6, height=3.4)
     fig.set_figheight(3.4 * n_rows + 0.6)
     flat = [ax for row in axes for ax in row]
@@ -58,7 +54,7 @@ def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
         ax.set_title(panel["title"], fontsize=9)
         ax.set_xlabel(panel.get("xlabel", "step"), fontsize=8)
         ax.set_ylabel(panel.get("ylabel", ""), fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=figures.TICK_LABEL_SIZE)
         ax.grid(alpha=0.3)
     for ax in flat[len(panels):]:
         ax.set_visible(False)

@@ -55,6 +55,7 @@ class Statement:
     reference: str  # what the effect is measured against
     source: str = "runs"  # runs | built-in (exact checks of the pipeline, no training)
     notes: list[str] = field(default_factory=list)  # printed under the first screen's table
+    short: bool = False  # some runs behind it are too short to judge training (seeds.is_short): its row says so
 
     @property
     def verdict(self) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from andrea_exp.config.errors import describe_os_error, describe_unwritable, unwritable
 from andrea_exp.runs import reader, rundir, table
 from andrea_exp.runs.metric_keys import RUN_STATUS
 
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sweep_dir.is_dir():
         print(f"error: SWEEP_DIR {args.sweep_dir} is not a directory", file=sys.stderr)
         return 2
+    blocked = None if args.csv is None else unwritable(args.csv.expanduser().absolute().parent)
+    if blocked is not None:  # before reading any run
+        print(f"error: --csv {args.csv} cannot be written: {describe_unwritable(blocked)}", file=sys.stderr)
+        return 2
     cells = table.read_cells(args.sweep_dir)
     if not cells:
         print(f"error: {args.sweep_dir} holds no job directories (none with {rundir.HYDRA_DIR}/)", file=sys.stderr)
@@ -93,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        frame.to_csv(args.csv, index=False)
+        try:
+            frame.to_csv(args.csv, index=False)
+        except OSError as err:  # a full disk, a name that is a directory
+            print(f"error: --csv: {describe_os_error(err)}", file=sys.stderr)
+            return 1
         print(f"wrote {len(frame)} runs to {args.csv}")
     return 0
 

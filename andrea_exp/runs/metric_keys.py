@@ -83,6 +83,7 @@ GRAD_HEAD = "grad/head"
 RUN_STATUS = "run/status"
 RUN_STEPS = "run/steps"
 RUN_WALL_S = "run/wall_s"
+RUN_START_STEP = "run/start_step"
 RUN_ERROR = "run/error"
 MODEL_PARAMS = "model/params"
 DATA_LOG_VOCAB = "data/log_vocab"
@@ -167,6 +168,8 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(RUN_STATUS, "finished, diverged, failed or interrupted"),
     _m(RUN_STEPS, "optimiser steps taken"),
     _m(RUN_WALL_S, "wall time of the training loop in seconds"),
+    _m(RUN_START_STEP, "the step the last segment began at: 0, or the checkpoint's step for a resumed run (it ran "
+                       "run/steps - run/start_step steps, in run/wall_s)"),
     _m(RUN_ERROR, "why the run diverged or failed, in one line"),
     _m(TRAIN_WORLD_SIZE, "processes in the run (1 without torchrun)"),
     _m(MODEL_PARAMS, "trainable parameters, tied weights counted once"),

@@ -9,6 +9,7 @@ model.scale spelled one way, and its metrics.jsonl records. `find_runs` walks ro
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from andrea_exp.runs.rundir import (
     HYDRA_DIR,
     METRICS_FILE,
     SUMMARY_FILE,
+    DamagedRun,
     find_run_dirs,
     flatten,
     parse_number,
@@ -89,10 +91,49 @@ class Run:
 
 
 def read_run(run_dir: Path, records: bool = True) -> Run:
-    """One run directory as a Run; records=False leaves metrics.jsonl unread (records stay [])."""
+    """One run directory as a Run; records=False leaves metrics.jsonl unread (records stay []). A summary.json
+    or a metrics.jsonl that cannot be the run's (metrics_damage) raises DamagedRun naming the file."""
     summary = read_summary(run_dir)
     config = flatten(read_config(run_dir, summary))
-    return Run(run_dir, config, summary, read_metrics(run_dir) if records else [])
+    logged: list[dict] = []
+    if records:
+        unreadable: list[int] = []
+        logged = read_metrics(run_dir, unreadable)
+        damage = metrics_damage(summary, logged, unreadable)
+        if damage is not None:
+            raise DamagedRun(f"{Path(run_dir) / METRICS_FILE} {damage}")
+    return Run(run_dir, config, summary, logged)
+
+
+def metrics_damage(summary: dict, records: list[dict], unreadable: list[int]) -> str | None:
+    """Why metrics.jsonl cannot be the whole log of a run whose summary.json was written, or None. The summary
+    is written after the log is closed, so a run that wrote one has no line cut short; and a finished run
+    logged its final evaluation at its last step, run/steps."""
+    status = summary.get(mk.RUN_STATUS)
+    if status not in ("finished", "diverged", "interrupted"):
+        return None  # no summary (a kill), or a failed run: its log may stop anywhere
+    if unreadable:
+        lines = ", ".join(map(str, unreadable[:3])) + (", ..." if len(unreadable) > 3 else "")
+        return f"has {len(unreadable)} unreadable line(s) (line {lines}) although the run {status}: the file was cut"
+    steps = summary.get(mk.RUN_STEPS)
+    last = max((r["step"] for r in records if isinstance(r.get("step"), int)), default=None)
+    if status == "finished" and isinstance(steps, int) and records and last is not None and last < steps:
+        return f"ends at step {last}, but summary.json records a run finished after {steps} steps: the file was cut"
+    return None
+
+
+def read_runs(paths, records: bool = True, damaged: list[str] | None = None) -> list[Run]:
+    """The runs of the directories `paths`, in order; a damaged one is left out with one line on stderr (also
+    appended to `damaged` when given), and the others are read."""
+    runs = []
+    for path in paths:
+        try:
+            runs.append(read_run(path, records))
+        except DamagedRun as err:
+            print(f"[andrea-exp] skipped a damaged run: {err}", file=sys.stderr, flush=True)
+            if damaged is not None:
+                damaged.append(str(err))
+    return runs
 
 
 def has_logged(run_dir: Path) -> bool:
@@ -102,5 +143,6 @@ def has_logged(run_dir: Path) -> bool:
 
 
 def find_runs(*roots: Path, records: bool = True) -> list[Run]:
-    """Every run under the roots (rundir.find_run_dirs: each root that is a run, else the runs below it), read."""
-    return [read_run(path, records) for path in find_run_dirs(*roots)]
+    """Every run under the roots (rundir.find_run_dirs: each root that is a run, else the runs below it), read;
+    damaged ones left out with a line each (read_runs)."""
+    return read_runs(find_run_dirs(*roots), records)

@@ -116,16 +116,26 @@ def naming_path(err: OSError, path: Path) -> OSError:
     return named
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """Every record of metrics.jsonl, non-finite values as floats; a line cut short by a kill is skipped."""
+class DamagedRun(ValueError):
+    """A run file that cannot be what it should be (a summary.json that is no JSON object, a metrics.jsonl cut
+    short); the message is one line that names the file. Readers of many runs report it and go on."""
+
+
+def read_metrics(run_dir: Path, unreadable: list[int] | None = None) -> list[dict]:
+    """Every record of metrics.jsonl, non-finite values as floats; a line cut short by a kill is skipped
+    (its line number appended to `unreadable` when given)."""
     path = Path(run_dir) / METRICS_FILE
     records = []
     if not path.exists():
         return records
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+            if not isinstance(record, dict):
+                raise ValueError(line)
+        except ValueError:  # JSONDecodeError, or a line that is no object
+            if unreadable is not None:
+                unreadable.append(number)
             continue
         records.append({k: parse_number(v) for k, v in record.items()})
     return records
@@ -147,11 +157,19 @@ def write_summary(run_dir: Path, summary: dict, cfg) -> None:
 
 def read_summary(run_dir: Path) -> dict:
     """summary.json of a run directory, non-finite values as floats (as read_metrics gives them);
-    a run that never wrote one reads as {"run/status": "missing"}."""
+    a run that never wrote one reads as {"run/status": "missing"}; one that cannot be read raises DamagedRun."""
     path = Path(run_dir) / SUMMARY_FILE
     if not path.exists():
         return {"run/status": "missing"}
-    return {k: parse_number(v) for k, v in json.loads(path.read_text()).items()}
+    try:
+        summary = json.loads(path.read_text())
+    except OSError as err:
+        raise DamagedRun(f"{path} cannot be read ({err.strerror or type(err).__name__})") from None
+    except ValueError as err:  # not JSON, or not UTF-8: a write cut short, a full disk
+        raise DamagedRun(f"{path} is not valid JSON ({err}); the run's summary is lost") from None
+    if not isinstance(summary, dict):
+        raise DamagedRun(f"{path} holds a JSON {type(summary).__name__}, not the run's summary object")
+    return {k: parse_number(v) for k, v in summary.items()}
 
 
 def read_run_id(run_dir: Path) -> str | None:

@@ -13,7 +13,8 @@ from andrea_exp.runs.metric_keys import ATTN_ENTROPY, EVAL_GAP, EVAL_LOSS_AS_TRA
 from andrea_exp.runs.naming import split_override, sweep_axes
 
 MISSING = "missing"  # rundir.read_summary's status for a cell that never wrote summary.json
-FAILED_STATUSES = ("failed", MISSING)  # diverged cells are results, not failures
+DAMAGED = "damaged"  # a cell whose summary.json cannot be read (rundir.DamagedRun)
+FAILED_STATUSES = ("failed", MISSING, DAMAGED)  # diverged cells are results, not failures
 # (header, summary key) of the table's numeric columns
 COLUMNS = (("final loss", EVAL_LOSS_AS_TRAINED), ("gap", EVAL_GAP), ("entropy", ATTN_ENTROPY))
 
@@ -25,8 +26,16 @@ def read_cells(sweep_dir: Path) -> list[dict]:
     for job_dir in rundir.job_dirs(sweep_dir):
         pairs = [split_override(o) for o in rundir.read_overrides(job_dir)]
         overrides = [f"{k}={v}" for k, v in pairs if not keys or k in keys]
-        cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": rundir.read_summary(job_dir)})
+        cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": _summary(job_dir)})
     return cells
+
+
+def _summary(job_dir: Path) -> dict:
+    """The cell's summary; a damaged one is a row of its own (status damaged, the reason as its error)."""
+    try:
+        return rundir.read_summary(job_dir)
+    except rundir.DamagedRun as err:
+        return {RUN_STATUS: DAMAGED, RUN_ERROR: str(err)}
 
 
 def _num(summary: dict, key: str) -> str:
@@ -48,7 +57,7 @@ def format_table(cells: list[dict]) -> str:
         status, error = c["summary"].get(RUN_STATUS), c["summary"].get(RUN_ERROR)
         if status == MISSING:
             notes.append(f"  cell {c['dir'].name}: no {rundir.SUMMARY_FILE} (the job died before writing one)")
-        elif status in ("failed", "diverged") and error:
+        elif status in ("failed", "diverged", DAMAGED) and error:
             notes.append(f"  cell {c['dir'].name} {status}: {error}")
     return "\n".join(lines + (["notes:", *notes] if notes else []))
 

@@ -370,6 +370,7 @@ def train(cfg, run_dir: Path) -> dict:
         st.load_checkpoint(resumed)
         if rt.is_main:
             print(f"[andrea-exp] resuming {run_dir} from step {st.step}", flush=True)
+    start_step = st.step  # this segment's first step: 0, or the checkpoint's
     tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
     stats = attn_stats.from_config(cfg, model)  # before compile and capture: it adds buffers to the model
     train_model = wrap_for_training(model, cfg, rt)
@@ -420,7 +421,8 @@ def train(cfg, run_dir: Path) -> dict:
         finally:
             progress.close()
             clock.loop_end()
-        summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_WALL_S: clock.loop_s,
+        summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_START_STEP: start_step,
+                   K.RUN_WALL_S: clock.loop_s,
                    **run_facts(rt, model, data.vocab_size), **reference_record(data),
                    **epochs_record(data, st.step, s.tokens_per_step),
                    **({K.RUN_ERROR: error} if error else {})}

@@ -29,7 +29,7 @@ from andrea_exp.report.effects import (
 )
 from andrea_exp.report.leak_growth import with_growth
 from andrea_exp.report.run_status import finished
-from andrea_exp.report.seeds import per_seed, seed_check, seed_vote
+from andrea_exp.report.seeds import is_short, per_seed, seed_check, seed_vote
 from andrea_exp.report.seeds import per_seed as seed_values
 from andrea_exp.report.stats import stat
 from andrea_exp.report.study import Study
@@ -184,8 +184,10 @@ def c7_leak(c: Cells) -> Statement:
     # the headline: the largest leak among places whose causal twin trained (an untrained twin inflates it)
     head = max((p for p in places if p.votes), key=lambda p: (p.effect.stat.mean if p.effect.stat.n else -math.inf),
                default=None)
+    short = any(is_short(r) for _, causal, open_ in twins(c.training, "model.causal", True, False)
+                for r in causal.runs + open_.runs)
     return Statement("C7", "without the mask a shortcut is learned and fails at generation", places, head,
-                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level")
+                     "causal twin (leak >= max(0.1, 3 SE)); generation above the unigram level", short=short)
 
 
 def untrained(causal: Cell, open_: Cell, ref: References) -> str:
