@@ -6,8 +6,8 @@ import itertools
 from pathlib import Path
 
 from andrea_exp.report import screen, verdicts
-from andrea_exp.report.claims.c7 import c7_leak
 from andrea_exp.report.cells import group_experiments
+from andrea_exp.report.claims.c7 import c7_leak
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import MIN_STEPS
 from andrea_exp.runs import metric_keys as mk
