@@ -125,8 +125,8 @@ def sweep_name(sweep_dir: Path) -> str:
     master = sweep_dir / rundir.MULTIRUN_FILE
     name = OmegaConf.select(OmegaConf.load(master), "name", default=None) if master.is_file() else None
     if not name or name == "default":
-        keys = sorted(sweep_axes(sweep_dir))
-        name = "sweep_" + "_".join(short_key(k, keys) for k in keys) if keys else "sweep"
+        keys = list(sweep_axes(sweep_dir))
+        name = "_".join(["sweep", *sorted(short_key(k, keys) for k in keys)])
     if STAMP.fullmatch(sweep_dir.name):
         stamp = sweep_dir.name
     else:
