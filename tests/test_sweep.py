@@ -137,7 +137,7 @@ def test_a_sweep_opens_and_syncs_in_wandb_as_one_unit(tmp_path):
     fixed = "max_steps=4 seq_len=16 train_sequences=64 eval_sequences=16 batch_size=4"
     assert sorted(r["run"]["display_name"] for r in runs) == sorted(
         f"d_k=16 scale=sqrt causal=true lr={lr} {fixed} seed={seed}" for lr in ("0.001", "0.01") for seed in (0, 1))
-    sweep = runs[0]["config"]["sweep"]
+    sweep = runs[0]["config"]["sweep_name"]
     assert re.fullmatch(r"sweep_lr_seed-\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", sweep)
     for run in runs:
         assert f"sweep={sweep}" in run["run"]["tags"] and run["run"]["job_type"] == "train"

@@ -80,7 +80,7 @@ def finish_open_runs(failed: bool = True) -> int:
 
 # ---------------------------------------------------------------- how the runs look in W&B
 
-SWEEP_KEY = "sweep"  # W&B config key (and tag `sweep=...`) naming the sweep a run belongs to
+SWEEP_KEY = "sweep_name"  # W&B config key (and tag `sweep=...`) naming the sweep ("sweep" is W&B's own field)
 SWEEP_WANDB_DIR = "wandb"  # <sweep dir>/wandb/: a link to every cell's W&B run, so the sweep opens and syncs as one
 
 
