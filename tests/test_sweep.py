@@ -119,6 +119,7 @@ FEW = ["train.max_steps=4", "data.seq_len=16", "probe.every=2", "train.eval_ever
        "logger.mode=offline"]
 
 
+@pytest.mark.slow
 def test_a_sweep_opens_and_syncs_in_wandb_as_one_unit(tmp_path):
     proc, sweep_dir = multirun(tmp_path, "train.lr=0.001,0.01", "seed=0,1", *FEW)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -152,6 +153,10 @@ def test_a_sweep_opens_and_syncs_in_wandb_as_one_unit(tmp_path):
         assert maps == [0, 4]  # the first and the last step, though probe.maps_every exceeds the run
         assert set(run["summary"]["eval/loss_as_trained"]) == {"min", "last"}
         assert run["summary"]["best/eval/step"] in (0, 2, 4)
+        lr, seed = run["config"]["train"]["lr"], run["config"]["seed"]
+        assert run["environment"]["args"][:2] == [f"train.lr={lr}", f"seed={seed}"]  # the cell's own command line
+        assert "[andrea-exp] finished after 4 steps" in run["console"]  # the results, in W&B's console log
+        assert "held-out loss" in run["console"]
     table = proc.stdout[proc.stdout.index("cell  overrides"):]
     for i in range(4):
         run_id = (sweep_dir / str(i) / "wandb_run_id").read_text().strip()

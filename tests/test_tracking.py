@@ -24,11 +24,15 @@ def read_run(wandb_dir: Path) -> dict:
                              check=True).stdout
     summary = json.loads(subprocess.run([WANDB, "leet", "inspect", "--summary", "--json", str(wandb_dir)],
                                         capture_output=True, text=True, check=True).stdout)
-    run, history, metrics = {}, [], {}
+    run, history, metrics, environment, console = {}, [], {}, {}, []
     for line in records.splitlines():
         record = json.loads(line)
         if record["type"] == "run":
             run.update(record["run"])
+        elif record["type"] == "environment":
+            environment.update(record["environment"])
+        elif record["type"] == "output_raw":  # the console log, as captured
+            console.append(record["output_raw"]["line"])
         elif record["type"] == "history":
             history.append(record["history"]["item"])
         elif record["type"] == "metric":  # define_metric: name (or glob) -> its definition
@@ -36,7 +40,8 @@ def read_run(wandb_dir: Path) -> dict:
             metrics[definition.get("name") or definition.get("glob_name")] = definition
     keys = set().union(*history) if history else set()
     return {"run": run, "history": history, "keys": keys, "state": summary["state"], "summary": summary["summary"],
-            "exit_code": summary["exit_code"], "config": summary["config"], "metrics": metrics}
+            "exit_code": summary["exit_code"], "config": summary["config"], "metrics": metrics,
+            "environment": environment, "console": "".join(console)}
 
 
 def charted(run: dict) -> set[str]:

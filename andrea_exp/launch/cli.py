@@ -7,7 +7,6 @@ each resume's config and overrides go to `.hydra/resume-N/` beside them (see `re
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shlex
 import shutil
@@ -26,32 +25,15 @@ from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
 from andrea_exp.launch import devices, orphans, sweep
 from andrea_exp.runs import run_guard, table, tracking
-from andrea_exp.runs.metric_keys import LOOP_PHASES, RUN_TIME
+from andrea_exp.runs.results import results_text
 from andrea_exp.runs.rundir import read_summary, write_summary
 from andrea_exp.training import sweep_stop
 
 devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
 
 
-def _fmt(value, spec=".4f") -> str:
-    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def _time_split(summary: dict) -> str:
-    """' (steps 14.1 s, probes 1.9 s, ...)': the loop's phases that took time, from run/time/*."""
-    parts = [f"{phase} {summary[RUN_TIME[phase]]:.1f} s" for phase in ("steps", *LOOP_PHASES)
-             if (summary.get(RUN_TIME[phase]) or 0) >= 0.05]
-    return f" ({', '.join(parts)})" if parts else ""
-
-
 def print_run_summary(summary: dict, run_dir: Path) -> None:
-    loss = summary.get("eval/loss_as_trained")
-    print(f"[andrea-exp] {summary['run/status']} after {summary['run/steps']} steps "
-          f"in {summary.get('run/wall_s', 0):.1f} s{_time_split(summary)}")
-    print(f"  held-out loss {_fmt(loss)} | floor {_fmt(summary.get('eval/floor'))} | "
-          f"log V {_fmt(summary.get('data/log_vocab'))} (uniform guess) | "
-          f"generation loss {_fmt(summary.get('eval/loss_generation'))} | gap {_fmt(summary.get('eval/gap'))}")
-    print(f"  files: {run_dir}/metrics.jsonl, summary.json, checkpoints/")
+    print(results_text(summary, run_dir))
 
 
 def run_job(cfg: DictConfig) -> dict:
@@ -125,9 +107,7 @@ def run_job(cfg: DictConfig) -> dict:
             raise
         print(f"error: cell {hydra_cfg.job.num} failed: {why}", file=sys.stderr)
         return {"run/status": "failed"}
-    if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
-        print_run_summary(summary, run_dir)
-    return summary
+    return summary  # the training loop printed its results while the W&B run was open
 
 
 # ---------------------------------------------------------------- runs already in the directory

@@ -37,6 +37,7 @@ class JobContext:
     sweep: str | None = None        # the sweep's name (experiment and time); None for a single run
     sweep_dir: Path | None = None
     in_sweep: bool | None = None    # None: not started by Hydra
+    overrides: list[str] | None = None  # the job's own command-line overrides (a sweep's cell: its values only)
 
 
 def split_override(text: str) -> tuple[str, str]:
@@ -154,7 +155,7 @@ def job_context(cfg) -> JobContext:
     hc = HydraConfig.get()
     overrides = [str(o) for o in hc.overrides.task]
     if hc.mode != RunMode.MULTIRUN:
-        return dataclasses.replace(describe(cfg, overrides), in_sweep=False)
+        return dataclasses.replace(describe(cfg, overrides), in_sweep=False, overrides=overrides)
     sweep_dir = Path(str(hc.sweep.dir))
     context = describe(cfg, overrides, sweep=sweep_name(sweep_dir))
-    return dataclasses.replace(context, sweep_dir=sweep_dir, in_sweep=True)
+    return dataclasses.replace(context, sweep_dir=sweep_dir, in_sweep=True, overrides=overrides)

@@ -112,6 +112,21 @@ def link_into_sweep(run_files: Path, sweep_dir: Path) -> Path:
     return link
 
 
+@contextlib.contextmanager
+def command_line(overrides: list[str] | None):
+    """W&B records the process's command line as the run's: a sweep's cell records its own overrides (what
+    reruns it), not the sweep's whole command."""
+    if overrides is None:
+        yield
+        return
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "andrea-exp", *overrides]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
 def sweep_commands(sweep_dir: Path) -> str:
     """The two commands that take a sweep's W&B runs as one unit: upload, and browse in a terminal."""
     links = Path(sweep_dir) / SWEEP_WANDB_DIR
@@ -170,12 +185,13 @@ class Tracker:
         )
         if mode == "offline" and ctx.in_sweep is False:
             _say_once(offline_notice(why, f"{self.run_dir}/wandb/offline-run-*", f"{self.run_dir}/wandb"))
-        run = self._init(wandb, mode, init_args)
-        if run is None and mode == "online":
-            run = self._init(wandb, "offline", init_args)
-            if run is not None:
-                _say_once(offline_notice("W&B could not be reached", f"{self.run_dir}/wandb/offline-run-*",
-                                         f"{self.run_dir}/wandb"))
+        with command_line(ctx.overrides):
+            run = self._init(wandb, mode, init_args)
+            if run is None and mode == "online":
+                run = self._init(wandb, "offline", init_args)
+                if run is not None:
+                    _say_once(offline_notice("W&B could not be reached", f"{self.run_dir}/wandb/offline-run-*",
+                                             f"{self.run_dir}/wandb"))
         if run is None:
             return
         _open_runs.append(run)

@@ -34,6 +34,7 @@ from andrea_exp.instruments.evaluate import evaluate, generate
 from andrea_exp.model.decoder import Andrea
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.runs import run_guard
+from andrea_exp.runs.results import results_text
 from andrea_exp.runs.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.runs.tracking import Tracker
 from andrea_exp.training import checkpoint
@@ -436,6 +437,8 @@ def train(cfg, run_dir: Path) -> dict:
     summary.update(st.last)
     summary[K.BEST_EVAL_LOSS] = st.best_eval if math.isfinite(st.best_eval) else None
     summary[K.BEST_EVAL_STEP] = st.best_step
+    if rt.is_main and status != "interrupted":  # before the W&B run closes: its console log keeps the results
+        print(results_text(summary, run_dir), flush=True)
     tracker.finish(summary)
     if status == "interrupted":
         raise Interrupted(stop.signum, summary)
