@@ -60,7 +60,7 @@ def resolve_mode(mode: str) -> tuple[str, str]:
 def offline_notice(why: str, sync_target: str, browse_target: str) -> str:
     return (f"[andrea-exp] W&B offline ({why}); runs are written locally. Upload them later with:\n"
             f"  wandb sync {sync_target}\n"
-            f"  (browse one in a terminal: wandb leet {browse_target})")
+            f"  (browse in a terminal: wandb leet {browse_target})")
 
 
 def finish_open_runs(failed: bool = True) -> int:
