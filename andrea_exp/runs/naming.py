@@ -148,14 +148,15 @@ def describe(cfg, overrides: list[str], sweep: str | None = None, extra_tags: li
                       tags=list(dict.fromkeys(t[:MAX_TAG] for t in tags)))
 
 
-def job_context(cfg) -> JobContext:
+def job_context(cfg, extra_tags: list[str] = ()) -> JobContext:
     """Naming of the Hydra job now running (or of a run started outside Hydra: no overrides, no sweep)."""
     if not HydraConfig.initialized():
-        return describe(cfg, [])
+        return describe(cfg, [], extra_tags=extra_tags)
     hc = HydraConfig.get()
     overrides = [str(o) for o in hc.overrides.task]
     if hc.mode != RunMode.MULTIRUN:
-        return dataclasses.replace(describe(cfg, overrides), in_sweep=False, overrides=overrides)
+        return dataclasses.replace(describe(cfg, overrides, extra_tags=extra_tags), in_sweep=False,
+                                   overrides=overrides)
     sweep_dir = Path(str(hc.sweep.dir))
-    context = describe(cfg, overrides, sweep=sweep_name(sweep_dir))
+    context = describe(cfg, overrides, sweep=sweep_name(sweep_dir), extra_tags=extra_tags)
     return dataclasses.replace(context, sweep_dir=sweep_dir, in_sweep=True, overrides=overrides)

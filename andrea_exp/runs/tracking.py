@@ -169,14 +169,14 @@ class Tracker:
             _say_once("[andrea-exp] W&B: the wandb package is not installed; logging to metrics.jsonl only")
             return
         self._wandb = wandb
-        ctx = naming.job_context(self.cfg)
+        ctx = naming.job_context(self.cfg, list(logger.get("tags") or []))
         config = rundir.canonical_config(OmegaConf.to_container(self.cfg, resolve=True))
         init_args = dict(
             project=logger.get("project") or "andrea-exp",
             entity=logger.get("entity") or None,
             group=logger.get("group") or ctx.group,
             name=ctx.run_name,
-            tags=list(dict.fromkeys(str(t)[:naming.MAX_TAG] for t in [*ctx.tags, *(logger.get("tags") or [])])),
+            tags=ctx.tags,
             job_type=job_type(self.cfg),
             config={**config, SWEEP_KEY: ctx.sweep},
             dir=str(self.run_dir),
