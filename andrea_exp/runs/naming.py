@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,7 +78,6 @@ def run_name(axes: list[tuple[str, str]]) -> str:
 AXES = ("model.d_k", "model.scale", "model.causal")  # named first in every run name, given or not
 NOT_SETTINGS = ("experiment",)  # a preset's name, not a setting: its settings are in the run's config
 MAX_GROUP = 128  # W&B's limit on a group's length
-STAMP = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d")  # hydra.sweep.dir's default last part
 
 
 def _value(cfg, key: str, typed: str) -> str:
@@ -120,20 +117,16 @@ def group_of(cfg, axes: list[tuple[str, str]]) -> str:
 
 
 def sweep_name(sweep_dir: Path) -> str:
-    """The sweep as its runs record it: the experiment's name (else `sweep_` and its swept keys) and the time it
-    started (hydra.sweep.dir's own stamp, else the time its multirun.yaml was written)."""
+    """The sweep as its runs record it: the experiment's name (else `sweep_` and its swept keys), then the sweep
+    directory's own name, the time it started in hydra.sweep.dir's default (`claims_grid-2026-12-01_10-00-00`).
+    Read from the directory alone, so a resumed cell and the workspace find the same name."""
     sweep_dir = Path(sweep_dir)
     master = sweep_dir / rundir.MULTIRUN_FILE
     name = OmegaConf.select(OmegaConf.load(master), "name", default=None) if master.is_file() else None
     if not name or name == "default":
         keys = list(sweep_axes(sweep_dir))
         name = "_".join(["sweep", *sorted(short_key(k, keys) for k in keys)])
-    if STAMP.fullmatch(sweep_dir.name):
-        stamp = sweep_dir.name
-    else:
-        when = master.stat().st_mtime if master.is_file() else time.time()
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(when))
-    return f"{name}-{stamp}"
+    return f"{name}-{sweep_dir.resolve().name}"
 
 
 def describe(cfg, overrides: list[str], sweep: str | None = None, extra_tags: list[str] = ()) -> JobContext:
