@@ -70,8 +70,8 @@ def test_blown_up_run_ends_as_diverged_with_exit_0(tmp_path):
     assert failed_at < summary["run/steps"] < 200  # stopped early: within one logging window of the failure
     assert summary["run/steps"] - failed_at <= 5
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    steps = [r["step"] for r in rows if "train/loss" in r]
-    assert steps == list(range(summary["run/steps"]))  # every step it ran is kept, the failing one included
+    rows = [r for r in rows if "train/loss" in r]  # the training steps (the evaluation at step 0 has a row too)
+    assert [r["step"] for r in rows] == list(range(summary["run/steps"]))  # every step it ran, the failing one too
     bad = rows[failed_at]["train/loss"]
     assert bad in ("nan", "inf") or float(bad) > 3 * rows[0]["train/loss"]
     assert not (tmp_path / "checkpoints" / "latest.pt").exists()  # a diverged model is not saved as final

@@ -57,8 +57,9 @@ def test_local_gpus_runs_cells_in_parallel_workers(tmp_path):
     assert f"Joblib.Parallel(n_jobs={2 * n_gpus}" in proc.stdout + proc.stderr
     assert "2 cells, 0 failed" in proc.stdout
     runs = [read_run(next((sweep_dir / str(i) / "wandb").glob("offline-run-*"))) for i in range(2)]
-    assert runs[0]["run"]["run_group"] == runs[1]["run"]["run_group"]  # one group across worker processes
-    assert [r["run"]["display_name"] for r in runs] == ["d_k=8", "d_k=16"]
+    assert runs[0]["run"]["run_group"] != runs[1]["run"]["run_group"]  # two cells: two groups
+    assert [r["run"]["display_name"].split()[0] for r in runs] == ["d_k=8", "d_k=16"]
+    assert len(list((sweep_dir / "wandb").iterdir())) == 2  # both workers' runs linked into the sweep's folder
     assert all(r["state"] == "finished" for r in runs)
 
 

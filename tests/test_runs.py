@@ -88,11 +88,12 @@ def test_load_without_pandas_says_how_to_install_it(sweep_dir, monkeypatch):
 def test_command_prints_the_sweep_table_and_writes_csv(sweep_dir, tmp_path, capsys):
     pytest.importorskip("pandas")
     out = tmp_path / "cells.csv"
+    (sweep_dir / "0" / "wandb_run_id").write_text("ab12cd34\n")  # cell 0's W&B run
     assert runs.main([str(sweep_dir), "--csv", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"[andrea-exp] sweep {sweep_dir}: 3 cells, 2 failed"
-    assert lines[2].split() == ["0", "model.d_k=8", "finished", "1.5000", "0.0000", "nan"]
-    assert lines[3].split() == ["1", "model.d_k=16", "failed", "-", "-", "-"]  # only the swept key is shown
+    assert lines[2].split() == ["0", "model.d_k=8", "finished", "1.5000", "0.0000", "nan", "ab12cd34"]
+    assert lines[3].split() == ["1", "model.d_k=16", "failed", "-", "-", "-", "-"]  # only the swept key is shown
     assert lines[-3:] == ["  cell 1 failed: boom", "  cell 2: no summary.json (the job died before writing one)",
                           f"wrote 3 runs to {out}"]
     with out.open() as fh:

@@ -32,7 +32,7 @@ def test_names_and_the_sweep_table_spell_scale_one_way():
     assert split_override("+model.scale=false") == ("model.scale", "none")
     typed = [split_override(o) for o in ("model.d_k=64", "model.scale=False")]
     assert run_name(typed) == run_name([split_override(o) for o in ("model.d_k=64", "model.scale=none")]) == \
-        "d_k=64,scale=none"
+        "d_k=64 scale=none"
 
 
 def test_summaries_record_the_canonical_scale(tmp_path):

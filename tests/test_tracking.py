@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +24,31 @@ def read_run(wandb_dir: Path) -> dict:
                              check=True).stdout
     summary = json.loads(subprocess.run([WANDB, "leet", "inspect", "--summary", "--json", str(wandb_dir)],
                                         capture_output=True, text=True, check=True).stdout)
-    run, history = {}, []
+    run, history, metrics, environment, console = {}, [], {}, {}, []
     for line in records.splitlines():
         record = json.loads(line)
         if record["type"] == "run":
             run.update(record["run"])
+        elif record["type"] == "environment":
+            environment.update(record["environment"])
+        elif record["type"] == "output_raw":  # the console log, as captured
+            console.append(record["output_raw"]["line"])
         elif record["type"] == "history":
             history.append(record["history"]["item"])
+        elif record["type"] == "metric":  # define_metric: name (or glob) -> its definition
+            definition = record["metric"]
+            metrics[definition.get("name") or definition.get("glob_name")] = definition
     keys = set().union(*history) if history else set()
     return {"run": run, "history": history, "keys": keys, "state": summary["state"], "summary": summary["summary"],
-            "exit_code": summary["exit_code"], "config": summary["config"]}
+            "exit_code": summary["exit_code"], "config": summary["config"], "metrics": metrics,
+            "environment": environment, "console": "".join(console)}
+
+
+def charted(run: dict) -> set[str]:
+    """The history keys W&B draws a chart of by itself: not hidden, not its own (`_step`), not the x-axis."""
+    hidden = {name for name, d in run["metrics"].items() if d.get("options", {}).get("hidden")}
+    keys = {k.split(".", 1)[0] for k in run["keys"]}  # an image or histogram comes as `name._type`, `name.path`...
+    return {k for k in keys if not k.startswith("_") and k != "train/step" and k not in hidden}
 
 
 def offline_runs(run_dir: Path) -> list[Path]:
@@ -94,18 +110,21 @@ def test_offline_run_has_conventions_history_images_and_summary(clean_env, tmp_p
     tracker.log_images({"attn/maps/L0": png}, step=2)
     scores = torch.tensor([[1.0, float("-inf")], [2.0, 3.0]])  # the masked entry must not reach the histogram
     tracker.log_histograms({"attn/scores_hist": scores}, step=2)
+    tracker.log({"eval/loss_as_trained": 1.25}, step=2)
     tracker.finish({"run/status": "finished", "eval/loss_as_trained": 1.25, "run/steps": 3})
 
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in lines] == [0, 1, 2] and lines[2]["train/loss"] == 1.0
+    assert [r["step"] for r in lines] == [0, 1, 2, 2] and lines[2]["train/loss"] == 1.0
     assert json.loads((run_dir / "summary.json").read_text())["config"]["model"]["d_k"] == 16
 
     (wdir,) = offline_runs(run_dir)
     run = read_run(wdir)
     assert run["state"] == "finished" and run["exit_code"] == 0
-    assert run["run"]["run_group"] == "sweepname-run7" and run["run"]["display_name"] == "run7"
+    # outside Hydra no setting was given: the name is the cell's axes in the config's words, and the seed
+    assert run["run"]["display_name"] == "d_k=16 scale=sqrt causal=false seed=0"
+    assert re.fullmatch(r"d_k=16 scale=sqrt causal=false #[0-9a-f]{8}", run["run"]["run_group"])
     assert run["run"]["job_type"] == "train"
-    assert run["run"]["tags"] == ["d_k=16", "scale=on", "mask=off", "t1"]
+    assert run["run"]["tags"] == ["d_k=16", "scale=sqrt", "causal=false", "seed=0", "t1"]
     assert run["run"]["run_id"] == (run_dir / "wandb_run_id").read_text().strip()
     assert {"train/loss", "grad/norm", "train/step"} <= run["keys"]
     assert [h["train/step"] for h in run["history"] if "train/loss" in h] == [0, 1, 2]
@@ -115,7 +134,8 @@ def test_offline_run_has_conventions_history_images_and_summary(clean_env, tmp_p
     assert hist["attn/scores_hist._type"] == "histogram"
     assert sum(hist["attn/scores_hist.values"]) == 3  # 3 finite scores of 4
     assert min(hist["attn/scores_hist.bins"]) == 1.0 and max(hist["attn/scores_hist.bins"]) == 3.0
-    assert run["summary"]["run/status"] == "finished" and run["summary"]["eval/loss_as_trained"] == 1.25
+    assert run["summary"]["run/status"] == "finished"
+    assert run["summary"]["eval/loss_as_trained"] == {"min": 1.25, "last": 1.25}
     assert run["config"]["model"]["causal"] is False
 
 
@@ -175,3 +195,46 @@ def test_disabled_and_non_main_ranks_write_no_wandb(clean_env, tmp_path):
     rank1.log({"train/loss": 1.0}, 0)
     rank1.finish({"run/status": "finished"})
     assert list((tmp_path / "rank1").iterdir()) == []
+
+
+def tiny_cfg(**train):
+    cfg = make_cfg()
+    cfg.train = {"lr": 0.001, "max_steps": 3, **train}
+    return cfg
+
+
+def test_seeds_of_one_cell_share_a_group_and_two_cells_never_do(clean_env, tmp_path):
+    groups = {}
+    for name, cfg in (("seed0", tiny_cfg()), ("seed1", tiny_cfg()), ("lr", tiny_cfg(lr=0.01))):
+        if name == "seed1":
+            cfg.seed = 1
+        (tmp_path / name).mkdir()
+        Tracker(tmp_path / name, cfg, enabled=True).finish({"run/status": "finished"})
+        groups[name] = read_run(offline_runs(tmp_path / name)[0])["run"]["run_group"]
+    assert groups["seed0"] == groups["seed1"]  # replicates: W&B averages them
+    assert groups["lr"] != groups["seed0"]  # another learning rate is another cell, named or not
+    probe_only = tmp_path / "probe"
+    probe_only.mkdir()
+    Tracker(probe_only, tiny_cfg(max_steps=0), enabled=True).finish({"run/status": "finished"})
+    assert read_run(offline_runs(probe_only)[0])["run"]["job_type"] == "probe"
+
+
+def test_layers_and_constants_leave_the_charts_and_the_best_loss_stays_in_the_summary(clean_env, tmp_path):
+    tracker = Tracker(tmp_path, make_cfg(), enabled=True)
+    for step, loss in ((0, 3.0), (5, 2.0), (10, 2.5)):
+        tracker.log({"train/loss": loss, "attn/entropy": 1.0, "attn/L0/entropy": 0.9, "attn/L1/entropy": 1.1,
+                     "attn_step/L1/H2/max_prob": 0.5, "grad/L0/q": 0.1}, step)
+        tracker.log({"eval/loss_as_trained": loss, "eval/loss_generation": loss + 1, "eval/floor": 0.93,
+                     "eval/floor_se": 0.01}, step)
+    tracker.finish({"run/status": "finished", "eval/loss_as_trained": 2.5, "eval/floor": 0.93,
+                    "best/eval/loss_as_trained": 2.0, "best/eval/step": 5})
+    run = read_run(offline_runs(tmp_path)[0])
+    per_layer = {"attn/L0/entropy", "attn/L1/entropy", "attn_step/L1/H2/max_prob", "grad/L0/q"}
+    assert per_layer <= run["keys"]  # still logged
+    assert charted(run) == {"train/loss", "attn/entropy", "eval/loss_as_trained", "eval/loss_generation"}
+    for key in per_layer | {"eval/floor", "eval/floor_se"}:
+        assert run["metrics"][key]["options"]["hidden"] is True
+        assert run["metrics"][key]["step_metric"] == "train/step"
+    assert run["summary"]["eval/loss_as_trained"] == {"min": 2.0, "last": 2.5}
+    assert run["summary"]["eval/loss_generation"] == {"min": 3.0, "last": 3.5}
+    assert run["summary"]["best/eval/step"] == 5 and run["summary"]["eval/floor"] == 0.93  # constants: summary only

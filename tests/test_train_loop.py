@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -241,3 +242,20 @@ def test_the_summary_says_where_the_loop_time_went(tmp_path):
     assert t["maps"] == 0
     inside = t["steps"] + t["probes"] + t["evals"] + t["maps"] + t["checkpoints"]
     assert inside == pytest.approx(summary[K.RUN_WALL_S], rel=0.02)
+
+
+# ---------------------------------------------------------------- what a run's charts start and end with
+
+
+def test_evaluation_starts_at_step_0_and_the_last_step_has_an_attention_map(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    summary = train(config("train.max_steps=3", "train.eval_every=2", "probe.every=2", "probe.maps_every=100"),
+                    run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r[K.EVAL_LOSS_AS_TRAINED]) for r in records if K.EVAL_LOSS_AS_TRAINED in r]
+    assert [step for step, _ in evals] == [0, 2, 3]  # before training, on the cadence, at the end
+    best_step, best = min(evals, key=lambda e: e[1])
+    assert summary[K.BEST_EVAL_STEP] == best_step and summary[K.BEST_EVAL_LOSS] == best
+    maps = sorted(p.name for p in (run_dir / "attention_maps").iterdir())
+    assert maps == ["step0000000_L0.png", "step0000003_L0.png"]  # maps_every exceeds the run: first and last step

@@ -107,9 +107,7 @@ def run_job(cfg: DictConfig) -> dict:
             raise
         print(f"error: cell {hydra_cfg.job.num} failed: {why}", file=sys.stderr)
         return {"run/status": "failed"}
-    if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
-        print_run_summary(summary, run_dir)
-    return summary
+    return summary  # the training loop printed its results while the W&B run was open
 
 
 # ---------------------------------------------------------------- runs already in the directory

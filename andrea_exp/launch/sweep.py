@@ -13,7 +13,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp.runs.table import failed_of, read_cells, sweep_report
-from andrea_exp.runs.tracking import offline_notice, resolve_mode
+from andrea_exp.runs.tracking import SWEEP_WANDB_DIR, offline_notice, resolve_mode, sweep_commands
 from andrea_exp.training import sweep_stop
 
 _failed: list[str] = []
@@ -34,7 +34,7 @@ class SweepSummary(Callback):
         mode, why = resolve_mode(str(OmegaConf.select(config, "logger.mode", default="auto")))
         if mode == "offline":
             sweep_dir = config.hydra.sweep.dir
-            print(offline_notice(why, f"{sweep_dir}/*/wandb/offline-run-*", f"{sweep_dir}/0/wandb"), flush=True)
+            print(offline_notice(why, f"{sweep_dir}/wandb", f"{sweep_dir}/wandb"), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -42,6 +42,8 @@ class SweepSummary(Callback):
         _failed.clear()
         _failed.extend(failed_of(cells))
         print("\n" + sweep_report(sweep_dir, cells), flush=True)
+        if (sweep_dir / SWEEP_WANDB_DIR).is_dir():
+            print(sweep_commands(sweep_dir), flush=True)
         sweep_stop.LAUNCHER.disarm()
         if sweep_stop.LAUNCHER.signum is not None:
             print(f"[andrea-exp] sweep stopped by {signal.Signals(sweep_stop.LAUNCHER.signum).name}; resume it with: "

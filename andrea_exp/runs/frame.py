@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from andrea_exp.config.errors import describe_os_error, describe_unwritable, unwritable
-from andrea_exp.runs import reader, rundir, table
+from andrea_exp.runs import reader, rundir, table, tracking
 from andrea_exp.runs.metric_keys import RUN_STATUS
 
 CONFIG_PREFIX = "config."
@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.sweep_dir} holds no job directories (none with {rundir.HYDRA_DIR}/)", file=sys.stderr)
         return 2
     print(table.sweep_report(args.sweep_dir, cells))
+    if (args.sweep_dir / tracking.SWEEP_WANDB_DIR).is_dir():
+        print(tracking.sweep_commands(args.sweep_dir))
     if args.csv is not None:
         try:
             frame = load(*(cell["dir"] for cell in cells))

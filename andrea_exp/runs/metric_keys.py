@@ -56,6 +56,7 @@ EVAL_LOSS_TRAIN_SPLIT = "eval/loss_train_split"
 EVAL_SAMPLE = "eval/sample"
 EVAL_SAMPLE_TEXT = "eval/sample_text"
 BEST_EVAL_LOSS = "best/eval/loss_as_trained"
+BEST_EVAL_STEP = "best/eval/step"
 
 # ---------------------------------------------------------------- the probe (every probe.every steps)
 PROBE_LOSS = "probe/loss"
@@ -198,6 +199,7 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(EVAL_SAMPLE, "tokens generated from a held-out prompt at the end"),
     _m(EVAL_SAMPLE_TEXT, "that sample decoded as text (data=text only)"),
     _m(BEST_EVAL_LOSS, "lowest eval/loss_as_trained seen"),
+    _m(BEST_EVAL_STEP, "training step of that evaluation"),
 )
 
 MEANINGS: dict[str, str] = {m.key: m.meaning for m in METRICS + SUMMARY_KEYS}
@@ -208,6 +210,20 @@ def per_layer(key: str, layer: int) -> str:
     """attn/entropy, 2 -> attn/L2/entropy."""
     namespace, rest = key.split("/", 1)
     return f"{namespace}/L{layer}/{rest}"
+
+
+# how W&B charts the history (runs/tracking.py defines them): held-out losses keep their lowest value beside the
+# last in the run's summary; a constant of the data is a number of the summary, not a chart
+MIN_IN_SUMMARY: tuple[str, ...] = (EVAL_LOSS_AS_TRAINED, EVAL_LOSS_GENERATION)
+CONSTANTS: tuple[str, ...] = (EVAL_FLOOR, EVAL_FLOOR_SE)
+
+
+def layer_of(key: str) -> int | None:
+    """The layer of a per-layer or per-head key (`attn/L3/entropy`, `attn_step/L3/H1/max_prob` -> 3), else None."""
+    parts = key.split("/")
+    if len(parts) >= 3 and parts[1][:1] == "L" and parts[1][1:].isdigit():
+        return int(parts[1][1:])
+    return None
 
 
 def is_known(key: str) -> bool:

@@ -1,4 +1,4 @@
-"""A finished sweep's table: every cell with its swept overrides, status and headline numbers.
+"""A finished sweep's table: every cell with its swept overrides, status, headline numbers and W&B run id.
 
 Printed at the end of a multirun (launch.sweep's callback), after a resumed cell (launch.cli) and by
 `andrea-exp-runs`; the cells' files are read through rundir.
@@ -26,7 +26,8 @@ def read_cells(sweep_dir: Path) -> list[dict]:
     for job_dir in rundir.job_dirs(sweep_dir):
         pairs = [split_override(o) for o in rundir.read_overrides(job_dir)]
         overrides = [f"{k}={v}" for k, v in pairs if not keys or k in keys]
-        cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": _summary(job_dir)})
+        cells.append({"dir": job_dir, "overrides": " ".join(overrides), "summary": _summary(job_dir),
+                      "wandb_id": rundir.read_run_id(job_dir)})
     return cells
 
 
@@ -44,12 +45,12 @@ def _num(summary: dict, key: str) -> str:
 
 
 def format_table(cells: list[dict]) -> str:
-    header = ("cell", "overrides", "status", *(name for name, _ in COLUMNS))
+    header = ("cell", "overrides", "status", *(name for name, _ in COLUMNS), "W&B id")
     rows = [header]
     for cell in cells:
         s = cell["summary"]
         rows.append((cell["dir"].name, cell["overrides"] or "(defaults)", s.get(RUN_STATUS, "?"),
-                     *(_num(s, key) for _, key in COLUMNS)))
+                     *(_num(s, key) for _, key in COLUMNS), cell.get("wandb_id") or "-"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     notes = []

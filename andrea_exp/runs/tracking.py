@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from omegaconf import OmegaConf
 
 from andrea_exp.runs import naming, rundir
-from andrea_exp.runs.metric_keys import RUN_STATUS, TRAIN_STEP
+from andrea_exp.runs.metric_keys import CONSTANTS, MIN_IN_SUMMARY, RUN_STATUS, TRAIN_STEP, layer_of
 
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
 _open_runs: list = []  # W&B runs started and not yet finished in this process
@@ -60,7 +60,7 @@ def resolve_mode(mode: str) -> tuple[str, str]:
 def offline_notice(why: str, sync_target: str, browse_target: str) -> str:
     return (f"[andrea-exp] W&B offline ({why}); runs are written locally. Upload them later with:\n"
             f"  wandb sync {sync_target}\n"
-            f"  (browse one in a terminal: wandb leet {browse_target})")
+            f"  (browse in a terminal: wandb leet {browse_target})")
 
 
 def finish_open_runs(failed: bool = True) -> int:
@@ -78,6 +78,63 @@ def finish_open_runs(failed: bool = True) -> int:
     return count
 
 
+# ---------------------------------------------------------------- how the runs look in W&B
+
+SWEEP_KEY = "sweep_name"  # W&B config key (and tag `sweep=...`) naming the sweep ("sweep" is W&B's own field)
+SWEEP_WANDB_DIR = "wandb"  # <sweep dir>/wandb/: a link to every cell's W&B run, so the sweep opens and syncs as one
+
+
+def job_type(cfg) -> str:
+    """`train`, or `probe` for a run of no training steps (the statistics at initialisation only)."""
+    return "probe" if OmegaConf.select(cfg, "train.max_steps", default=1) == 0 else "train"
+
+
+def define_charts(run) -> None:
+    """Every chart over the training step; held-out losses keep their lowest value (and the last) in the summary;
+    the data's constants are summary numbers, not charts. Per-layer and per-head series are hidden as they
+    first appear (`Tracker.log`)."""
+    run.define_metric(TRAIN_STEP)
+    run.define_metric("*", step_metric=TRAIN_STEP)
+    for key in MIN_IN_SUMMARY:
+        run.define_metric(key, step_metric=TRAIN_STEP, summary="min,last")
+    for key in CONSTANTS:
+        run.define_metric(key, step_metric=TRAIN_STEP, hidden=True)
+
+
+def link_into_sweep(run_files: Path, sweep_dir: Path) -> Path:
+    """<sweep dir>/wandb/<W&B run folder> -> the cell's own folder (a relative link: the sweep may move), so
+    `wandb sync <sweep dir>/wandb` and `wandb leet <sweep dir>/wandb` take every cell at once."""
+    links = sweep_dir / SWEEP_WANDB_DIR
+    links.mkdir(parents=True, exist_ok=True)
+    link = links / run_files.name
+    with contextlib.suppress(FileExistsError):  # a resumed run's folder, linked already
+        link.symlink_to(os.path.relpath(run_files, links), target_is_directory=True)
+    return link
+
+
+@contextlib.contextmanager
+def command_line(overrides: list[str] | None):
+    """W&B records the process's command line as the run's: a sweep's cell records its own overrides (what
+    reruns it), not the sweep's whole command."""
+    if overrides is None:
+        yield
+        return
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "andrea-exp", *overrides]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def sweep_commands(sweep_dir: Path) -> str:
+    """The two commands that take a sweep's W&B runs as one unit: upload, and browse in a terminal."""
+    links = Path(sweep_dir) / SWEEP_WANDB_DIR
+    return (f"[andrea-exp] W&B runs of the sweep, all in one folder:\n"
+            f"  wandb sync {links}      # upload them (offline runs)\n"
+            f"  wandb leet {links}      # browse them in a terminal")
+
+
 # ---------------------------------------------------------------- Tracker
 
 
@@ -89,6 +146,7 @@ class Tracker:
         self.metrics = rundir.MetricsFile(self.run_dir / rundir.METRICS_FILE, resume_step) if enabled else None
         self.wandb_run = None
         self._wandb = None
+        self._charted: set[str] = set()  # keys logged to W&B so far (a per-layer key is hidden when first seen)
         if enabled:
             try:
                 self._start_wandb(resume_step)
@@ -111,33 +169,36 @@ class Tracker:
             _say_once("[andrea-exp] W&B: the wandb package is not installed; logging to metrics.jsonl only")
             return
         self._wandb = wandb
-        ctx = naming.job_context(self.run_dir)
+        ctx = naming.job_context(self.cfg, list(logger.get("tags") or []))
+        config = rundir.canonical_config(OmegaConf.to_container(self.cfg, resolve=True))
         init_args = dict(
             project=logger.get("project") or "andrea-exp",
             entity=logger.get("entity") or None,
             group=logger.get("group") or ctx.group,
             name=ctx.run_name,
-            tags=naming.run_tags(self.cfg, ctx.axes, list(logger.get("tags") or [])),
-            job_type="train",
-            config=rundir.canonical_config(OmegaConf.to_container(self.cfg, resolve=True)),
+            tags=ctx.tags,
+            job_type=job_type(self.cfg),
+            config={**config, SWEEP_KEY: ctx.sweep},
             dir=str(self.run_dir),
             id=self._run_id(resume_step),
             resume="allow" if resume_step is not None else None,
         )
         if mode == "offline" and ctx.in_sweep is False:
             _say_once(offline_notice(why, f"{self.run_dir}/wandb/offline-run-*", f"{self.run_dir}/wandb"))
-        run = self._init(wandb, mode, init_args)
-        if run is None and mode == "online":
-            run = self._init(wandb, "offline", init_args)
-            if run is not None:
-                _say_once(offline_notice("W&B could not be reached", f"{self.run_dir}/wandb/offline-run-*",
-                                         f"{self.run_dir}/wandb"))
+        with command_line(ctx.overrides):
+            run = self._init(wandb, mode, init_args)
+            if run is None and mode == "online":
+                run = self._init(wandb, "offline", init_args)
+                if run is not None:
+                    _say_once(offline_notice("W&B could not be reached", f"{self.run_dir}/wandb/offline-run-*",
+                                             f"{self.run_dir}/wandb"))
         if run is None:
             return
         _open_runs.append(run)
         self.wandb_run = run
-        run.define_metric(TRAIN_STEP)
-        run.define_metric("*", step_metric=TRAIN_STEP)  # every chart shares the training step as x-axis
+        define_charts(run)
+        if ctx.sweep_dir is not None:
+            link_into_sweep(Path(run.settings.sync_dir), Path(ctx.sweep_dir))
 
     def _run_id(self, resume_step: int | None) -> str:
         """The W&B id lives in the run directory, so a resumed run continues the same W&B run."""
@@ -179,7 +240,15 @@ class Tracker:
         if not self.enabled or not metrics:
             return
         self.metrics.write(metrics, step)
-        self._wandb_call("log", lambda run: run.log({**metrics, TRAIN_STEP: step}))
+        self._wandb_call("log", lambda run: (self._hide_layers(run, metrics), run.log({**metrics, TRAIN_STEP: step})))
+
+    def _hide_layers(self, run, metrics: dict) -> None:
+        """Per-layer and per-head series stay logged but out of W&B's automatic charts: the pooled ones come first
+        (the workspace, runs/workspace.py, draws the layers)."""
+        for key in metrics.keys() - self._charted:
+            if layer_of(key) is not None:
+                run.define_metric(key, step_metric=TRAIN_STEP, hidden=True)
+        self._charted.update(metrics)
 
     def log_images(self, images: dict, step: int) -> None:
         """images: name -> PNG path, already written to the run directory."""
@@ -219,7 +288,8 @@ class Tracker:
             run = self.wandb_run
             if run is not None:
                 status = summary.get(RUN_STATUS)
-                values = {k: rundir.jsonable(v) for k, v in summary.items() if k != "config"}
+                # W&B keeps the lowest and the last held-out loss itself (define_charts)
+                values = {k: rundir.jsonable(v) for k, v in summary.items() if k not in ("config", *MIN_IN_SUMMARY)}
                 # diverged and interrupted runs close with exit code 0 (a result, a pause): a tag tells them apart
                 tags = (status,) if status in TAGGED_STATUSES else ()
                 self._wandb_call("summary", lambda r: (r.summary.update(values),

@@ -35,6 +35,7 @@ from andrea_exp.instruments.evaluate import evaluate, generate
 from andrea_exp.model.decoder import Andrea
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.runs import run_guard
+from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.runs.tracking import Tracker
 from andrea_exp.training import checkpoint
@@ -390,6 +391,9 @@ def train(cfg, run_dir: Path) -> dict:
     try:
         try:
             with StopRequest() as stop:
+                if resumed is None and s.eval_every and s.max_steps > 0 and rt.is_main:
+                    with window.aside(), clock.phase("evals"):  # the held-out loss before training: its start
+                        evaluate_into(tracker, st, model, data, rt, s)
                 while st.step < s.max_steps:
                     measure_probe(probe, tracker, st, s, window, clock)
                     x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
@@ -431,6 +435,8 @@ def train(cfg, run_dir: Path) -> dict:
                 if probe is not None:
                     log(tracker, st, probe.measure(st.step), st.step)
                 evaluate_into(tracker, st, model, data, rt, s)
+                if probe is not None and s.maps_every:  # the attention the run ends with, whatever the cadence
+                    tracker.log_images(probe.draw_maps(st.step), st.step)
                 save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
                 summary.update(sample_record(cfg, model, data, rt))
         summary.update(clock.summary())
@@ -442,6 +448,9 @@ def train(cfg, run_dir: Path) -> dict:
         raise
     summary.update(st.last)
     summary[K.BEST_EVAL_LOSS] = st.best_eval if math.isfinite(st.best_eval) else None
+    summary[K.BEST_EVAL_STEP] = st.best_step
+    if rt.is_main and status != "interrupted":  # before the W&B run closes: its console log keeps the results
+        print("\n".join(end_of_run_lines(summary, run_dir)), flush=True)
     tracker.finish(summary)
     if status == "interrupted":
         raise Interrupted(stop.signum, summary)
