@@ -17,7 +17,7 @@ TEXT = {mk.DATA_BIGRAM_XENT: 2.5, mk.DATA_UNIGRAM_XENT: 3.3, mk.DATA_LOG_VOCAB: 
 
 
 def run(seed: int, causal: bool, max_steps: int) -> Run:
-    """A finished text run with no leak: both twins train (end at 2.0, below the bigram level) and generation matches."""
+    """A finished text run with no leak: both twins train (2.0, below the bigram level); generation matches."""
     config = {"seed": seed, "name": "leak", "data.name": "text", "data.seq_len": 64, "model.d_k": 64,
               "model.scale": "sqrt", "model.causal": causal, "model.qk_init": "unit", "model.qk_layernorm": False,
               "train.lr": 3e-3, "train.max_steps": max_steps}
