@@ -402,7 +402,7 @@ def train(cfg, run_dir: Path) -> dict:
                         with window.aside(), clock.phase("checkpoints"):
                             save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
                     if stopping:
-                        status = "interrupted"
+                        status = stop.status_of(stop.signum)  # interrupted, or timeout (SLURM)
                         break
         except Diverged as why:
             status, error = "diverged", str(why)
@@ -431,6 +431,6 @@ def train(cfg, run_dir: Path) -> dict:
     summary.update(st.last)
     summary[K.BEST_EVAL_LOSS] = st.best_eval if math.isfinite(st.best_eval) else None
     tracker.finish(summary)
-    if status == "interrupted":
+    if status in Interrupted.STATUSES:
         raise Interrupted(stop.signum, summary)
     return summary
