@@ -197,9 +197,8 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         except submitit.core.utils.FailedJobError as err:
             refuse(sbatch_refusal(str(err), self.params))
         array_id = jobs[0].job_id.split("_")[0]
-        print(f"[andrea-exp] submitted SLURM array {array_id} ({len(jobs)} jobs); watch it with: squeue -j "
-              f"{array_id}; logs in {executor.folder}", flush=True)
-        self._wait(array_id, sweep_dir, len(jobs))
+        self._wait(array_id, sweep_dir, len(jobs), f"[andrea-exp] submitted SLURM array {array_id} ({len(jobs)} "
+                   f"jobs); watch it with: squeue -j {array_id}; logs in {executor.folder}")
         states = final_states(array_id)
         if states is None:
             print("[andrea-exp] this cluster keeps no job accounting (sacct failed): the SLURM states are unknown; "
@@ -224,10 +223,12 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
                                       if k not in ("submitit_folder", "max_num_timeout")})
         return executor
 
-    def _wait(self, array_id: str, sweep_dir: Path, n_jobs: int) -> None:
-        """Until no job of the array is queued; Ctrl-C or SIGTERM: say what runs on and how to handle it."""
+    def _wait(self, array_id: str, sweep_dir: Path, n_jobs: int, submitted: str) -> None:
+        """Say `submitted`, then wait until no job of the array is queued; Ctrl-C or SIGTERM: say what runs on
+        and how to handle it."""
         previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            print(submitted, flush=True)
             wait_for(array_id)
         except (Stopped, KeyboardInterrupt) as stop:
             signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
