@@ -24,10 +24,10 @@ TINY = ["data.seq_len=32", "probe.every=0", "train.log_every=5", "data.train_seq
         "data.eval_sequences=32", "train.batch_size=8", "logger.mode=offline", "train.progress=false"]
 
 
-def start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path: Path, *overrides: str, env: dict | None = None) -> tuple[subprocess.Popen, Path]:
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *CLUSTER, *TINY, *overrides,
-                             f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, env=wandb_env(tmp_path),
+                             f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, env={**wandb_env(tmp_path), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, sweep_dir
 
@@ -83,6 +83,20 @@ def test_a_sweep_runs_as_one_array_and_ends_with_each_cells_slurm_state(tmp_path
     logs = sorted(p.name for p in (sweep_dir / ".submitit").glob("*_log.out"))
     assert logs == [f"{array}_0_0_log.out", f"{array}_1_0_log.out"]  # where the table says they are
     assert "torch threads 1" in (sweep_dir / ".submitit" / logs[0]).read_text()  # capped to the job's one CPU
+
+
+def test_a_cluster_without_accounting_is_said_once_and_the_launcher_still_returns(tmp_path):
+    # the same controller, seen through a slurm.conf without accounting: sacct refuses, squeue answers
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(Path("/etc/slurm/slurm.conf").read_text().replace(
+        "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageType=accounting_storage/none"))
+    assert subprocess.run(["sacct"], env={**wandb_env(tmp_path), "SLURM_CONF": str(conf)}).returncode != 0
+    proc, sweep_dir = start(tmp_path, "model.d_k=8", "train.max_steps=20", env={"SLURM_CONF": str(conf)})
+    rc, out, err = finish(proc)
+    assert rc == 0, out[-3000:] + err[-3000:]
+    assert out.count("keeps no job accounting") == 1
+    assert "1 unknown" in out and "1 cells, 0 failed" in out
+    assert summary(sweep_dir / "0")["run/status"] == "finished"
 
 
 def test_a_partition_the_cluster_lacks_is_refused_in_one_line_before_anything_is_submitted(tmp_path):
