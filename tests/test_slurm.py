@@ -157,6 +157,22 @@ def test_a_time_limit_checkpoints_and_requeues_until_the_run_finishes(tmp_path):
     assert f"requeued job andrea:{out.split('submitted SLURM array ')[1].split()[0]} continues" in log
 
 
+@pytest.mark.slow
+def test_a_time_limit_with_no_requeue_left_ends_the_cell_timeout_with_its_checkpoint(tmp_path):
+    proc, sweep_dir = start(tmp_path, "train.max_steps=200000", "hydra.launcher.timeout_min=1",
+                            "hydra.launcher.signal_delay_s=20", "hydra.launcher.max_num_timeout=0")
+    rc, out, err = finish(proc)
+    assert rc == 1, out[-3000:] + err[-3000:]
+    assert "Traceback" not in out + err
+    stopped = summary(sweep_dir / "0")
+    assert stopped["run/status"] == "timeout" and stopped["run/steps"] > 0
+    assert (sweep_dir / "0" / "checkpoints" / "latest.pt").is_file()
+    assert steps_in(sweep_dir / "0") == list(range(stopped["run/steps"]))
+    assert "1 COMPLETED" in out  # it ended itself, before SLURM's limit
+    resume = [line for line in out.splitlines() if "resume them with:" in line]
+    assert len(resume) == 1 and f"train.resume=true hydra.sweep.dir={sweep_dir}" in resume[0]
+
+
 def test_ctrl_c_on_the_launcher_says_what_runs_on_and_how_to_cancel_or_collect_it(tmp_path):
     proc, sweep_dir = start(tmp_path, "model.d_k=8,16", "train.max_steps=200000")
     seen: list[str] = []

@@ -85,7 +85,9 @@ def run_job(cfg: DictConfig) -> dict:
             return refused
         if in_slurm:
             slurm_job.claim(run_dir)
-    in_worker = in_sweep and sweep_stop.is_local_launcher(hydra_cfg.launcher)
+    joblib_worker = in_sweep and sweep_stop.is_local_launcher(hydra_cfg.launcher)
+    # a cell in a child process of the launching one: joblib's worker, or submitit's local job
+    in_worker = joblib_worker or in_sweep and sweep_stop.is_submitit_local(hydra_cfg.launcher)
     # a sweep this machine stops cleanly: in a local worker, or in the launching process (Hydra's basic launcher)
     cells_here = in_worker or (in_sweep and sweep_stop.LAUNCHER.armed)
     if cells_here:
@@ -95,7 +97,7 @@ def run_job(cfg: DictConfig) -> dict:
         stopped_by = sweep_stop.requested(sweep_dir)
         if stopped_by is not None:  # Ctrl-C before this cell began: recorded, not started
             return record_not_started(cfg, run_dir, held, stopped_by)
-    if in_worker:
+    if joblib_worker:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device

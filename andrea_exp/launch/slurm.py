@@ -184,13 +184,9 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         problem = request_refusal(self.params, _command("sinfo", "-h", "-o", "%P|%c|%m|%G|%l"))
         if problem:
             refuse(problem)
-        executor = self._executor()
+        executor = submitit_executor("slurm", self.params)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        cells = [initial_job_idx + i for i in range(len(job_overrides))]
-        args = [(list(o), "hydra.sweep.dir", n, f"job_id_for_{n}", Singleton.get_state())
-                for o, n in zip(job_overrides, cells)]
-        for n, overrides in zip(cells, job_overrides):
-            print(f"[andrea-exp] cell {n}: {' '.join(filter_overrides(overrides))}", flush=True)
+        cells, args = cell_arguments(job_overrides, initial_job_idx)
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's refusal before raising it
                 jobs = executor.map_array(self, *zip(*args))
@@ -208,20 +204,9 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             state = (states or {}).get(job.job_id, "unknown")
             summary = read_summary(sweep_dir / str(n))
             rows.append((str(n), job.job_id, state, str(summary.get("run/steps", "-")), str(job.paths.stdout)))
-            returns.append(self._job_return(job, list(overrides), summary))
+            returns.append(job_return(job, list(overrides), summary))
         print("\n" + format_states(array_id, rows), flush=True)
         return returns
-
-    def _executor(self):
-        """submitit's executor with this launcher's parameters (as Hydra's own launcher builds it)."""
-        import submitit
-
-        init = {"folder": self.params["submitit_folder"], "slurm_max_num_timeout": self.params["max_num_timeout"]}
-        executor = submitit.AutoExecutor(cluster="slurm", **init)
-        base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in self.params.items()
-                                      if k not in ("submitit_folder", "max_num_timeout")})
-        return executor
 
     def _wait(self, array_id: str, sweep_dir: Path, n_jobs: int, submitted: str) -> None:
         """Say `submitted`, then wait until no job of the array is queued; Ctrl-C or SIGTERM: say what runs on
@@ -242,22 +227,69 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    @staticmethod
-    def _job_return(job, overrides: list[str], summary: dict) -> JobReturn:
-        """The cell's JobReturn: the job's own when it returned one, else its summary (Hydra's sweeper raises
-        on a failed JobReturn: a cell that failed is a row of the table, not the end of the sweep)."""
-        from submitit.core.utils import pickle_load
 
-        result = None
-        if job.paths.result_pickle.exists():
-            outcome, result = pickle_load(job.paths.result_pickle)
-            if outcome != "success":
-                print(f"error: cell job {job.job_id} raised: {str(result).strip().splitlines()[-1]}",
-                      file=sys.stderr, flush=True)
-                result = None
-        if isinstance(result, JobReturn) and result.status == JobStatus.COMPLETED:
-            return result
-        return JobReturn(overrides=overrides, status=JobStatus.COMPLETED, _return_value=summary)
+
+class LocalLauncher(submitit_launcher.LocalLauncher):
+    """`hydra/launcher=slurm_local`: the same path with submitit's local executor. The sweep's first Ctrl-C or
+    SIGTERM is taken by the launching process (sweep_stop), each running cell stops after its step with a
+    checkpoint, and the launcher waits for them before the table and the resume command."""
+
+    def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        executor = submitit_executor("local", self.params)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        cells, args = cell_arguments(job_overrides, initial_job_idx)
+        # submitit's controller of each job, a child of this process, inherits SIGINT ignored: else Ctrl-C in the
+        # terminal ends it with a traceback and it kills its cell mid-step
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            jobs = executor.map_array(self, *zip(*args))
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        while not all(job.done() for job in jobs):
+            time.sleep(0.2)
+        return [job_return(job, list(o), read_summary(sweep_dir / str(n)))
+                for n, o, job in zip(cells, job_overrides, jobs)]
+
+
+def submitit_executor(cluster: str, params: dict):
+    """submitit's executor with a launcher's parameters, as Hydra's own launcher builds it."""
+    import submitit
+
+    init = {"folder": params["submitit_folder"]}
+    if "max_num_timeout" in params:
+        init[f"{cluster}_max_num_timeout"] = params["max_num_timeout"]
+    executor = submitit.AutoExecutor(cluster=cluster, **init)
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"{cluster}_{k}": v for k, v in params.items()
+                                  if k not in ("submitit_folder", "max_num_timeout")})
+    return executor
+
+
+def cell_arguments(job_overrides, initial_job_idx: int) -> tuple[list[int], list[tuple]]:
+    """The cells' numbers and the arguments of each one's job (those of Hydra's own launcher)."""
+    cells = [initial_job_idx + i for i in range(len(job_overrides))]
+    for n, overrides in zip(cells, job_overrides):
+        print(f"[andrea-exp] cell {n}: {' '.join(filter_overrides(overrides))}", flush=True)
+    return cells, [(list(o), "hydra.sweep.dir", n, f"job_id_for_{n}", Singleton.get_state())
+                   for o, n in zip(job_overrides, cells)]
+
+
+def job_return(job, overrides: list[str], summary: dict) -> JobReturn:
+    """The cell's JobReturn: the job's own when it returned one, else its summary (Hydra's sweeper raises
+    on a failed JobReturn: a cell that failed is a row of the table, not the end of the sweep)."""
+    from submitit.core.utils import pickle_load
+
+    result = None
+    if job.paths.result_pickle.exists():
+        outcome, result = pickle_load(job.paths.result_pickle)
+        if outcome != "success":
+            print(f"error: cell job {job.job_id} raised: {str(result).strip().splitlines()[-1]}",
+                  file=sys.stderr, flush=True)
+            result = None
+    if isinstance(result, JobReturn) and result.status == JobStatus.COMPLETED:
+        return result
+    return JobReturn(overrides=overrides, status=JobStatus.COMPLETED, _return_value=summary)
 
 
 def format_states(array_id: str, rows: list[tuple[str, ...]]) -> str:
