@@ -122,6 +122,8 @@ def test_the_time_limit_signal_is_a_stop_request_and_hands_back_to_submitits_han
         assert time_limit.status_of(signal.SIGTERM) == "interrupted"
         limit.hand_back()
         assert handed == [signal.SIGUSR2]  # after the stop is written, submitit requeues
+        limit.ignore_from_now()
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN  # kept while Python exits, unlike a handler
     finally:
         signal.signal(signal.SIGUSR2, previous)
 

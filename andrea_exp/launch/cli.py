@@ -144,6 +144,7 @@ def run_job(cfg: DictConfig) -> dict:
         return {"run/status": "failed"}
     if in_slurm:
         slurm_job.release(run_dir)
+        TIME_LIMIT.ignore_from_now()
     if summary.get("train/world_size", 1) == 1 or _is_rank_zero():
         print_run_summary(summary, run_dir)
     return summary
@@ -161,6 +162,7 @@ def slurm_cell_stopped(stop, cell: int) -> dict:
         except UncompletedJobError:
             print(f"[andrea-exp] cell {cell}: no requeue left (hydra.launcher.max_num_timeout); the launcher "
                   "prints the sweep's resume command", flush=True)
+    TIME_LIMIT.ignore_from_now()
     return stop.summary
 
 

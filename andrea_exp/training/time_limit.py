@@ -41,6 +41,13 @@ class TimeLimit:
         if interrupts is not None:
             interrupts.request_stop(signum)
 
+    def ignore_from_now(self) -> None:
+        """The cell's result is written: a time-limit signal from now on changes nothing. Ignored rather than
+        handled, as Python puts back the default handler (which ends the process) while it exits, and the job
+        would end FAILED after a finished run."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(time_limit_signal(), signal.SIG_IGN)
+
     def hand_back(self) -> None:
         """After the stop was written: submitit's handler requeues the job and exits, or raises its
         UncompletedJobError when no requeue is left (hydra.launcher.max_num_timeout)."""
