@@ -160,17 +160,25 @@ def wait_for(array_id: str, poll_s: float = POLL_S) -> None:
         time.sleep(poll_s)
 
 
-def final_states(array_id: str) -> dict[str, str] | None:
-    """Each job's state from SLURM's accounting ('123_0' -> 'COMPLETED'); None when the cluster keeps none."""
-    out = _command("sacct", "-n", "-P", "-X", "-j", array_id, "-o", "JobID,State")
-    if out is None:
-        return None
-    states = {}
-    for line in out.splitlines():
-        job, _, state = line.partition("|")
-        if job and state:
-            states[job] = state.split()[0]  # 'CANCELLED by 0' -> CANCELLED
-    return states or None
+NOT_FINAL = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "SUSPENDED", "RESIZING")
+
+
+def final_states(array_id: str, tries: int = 10, poll_s: float = 1.0) -> dict[str, str] | None:
+    """Each job's state from SLURM's accounting ('123_0' -> 'COMPLETED'); None when the cluster keeps none.
+    The accounting daemon may record a job's end a moment after the queue lets it go: asked again until then."""
+    for attempt in range(tries):
+        out = _command("sacct", "-n", "-P", "-X", "-j", array_id, "-o", "JobID,State")
+        if out is None:
+            return None
+        states = {}
+        for line in out.splitlines():
+            job, _, state = line.partition("|")
+            if job and state:
+                states[job] = state.split()[0]  # 'CANCELLED by 0' -> CANCELLED
+        if not any(state in NOT_FINAL for state in states.values()) or attempt == tries - 1:
+            return states or None
+        time.sleep(poll_s)
+    return None
 
 
 # ---------------------------------------------------------------- the launcher
