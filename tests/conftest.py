@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -115,3 +116,27 @@ def make_archive(path: Path, members: dict[str, bytes]) -> Path:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
+
+
+def slurm_unavailable() -> str | None:
+    """Why the tests marked `slurm` cannot run here, in one line, or None when a SLURM cluster answers."""
+    why = os.environ.get("ANDREA_SLURM_UNAVAILABLE")  # set by .ci/run when tests/slurm/start_cluster.sh failed
+    if why:
+        return why
+    if shutil.which("sbatch") is None:
+        return "no SLURM here (sbatch not found); as root, tests/slurm/start_cluster.sh --install starts one"
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"no SLURM cluster answers (sinfo: {err}); tests/slurm/start_cluster.sh starts one"
+    if proc.returncode != 0 or not any(s in proc.stdout for s in ("idle", "mixed", "allocated")):
+        said = (proc.stderr.strip().splitlines() or ["no node takes jobs"])[-1]
+        return f"no SLURM cluster answers (sinfo: {said}); tests/slurm/start_cluster.sh starts one"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if "slurm" in item.keywords]
+    why = slurm_unavailable() if marked else None
+    for item in marked if why else []:
+        item.add_marker(pytest.mark.skip(reason=why))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 from conftest import compose_config
-from test_sweep import TINY, multirun
+from test_sweep import TINY, multirun, wandb_env
 from test_tracking import read_run
 
 from andrea_exp.launch.devices import claim_slot, gpu_for_slot, parallel_slots
@@ -75,6 +78,35 @@ def test_slurm_path_through_submitits_local_executor(tmp_path):
     assert json.loads((sweep_dir / "0" / "summary.json").read_text())["run/status"] == "finished"
     assert read_run(next((sweep_dir / "0" / "wandb").glob("offline-run-*")))["state"] == "finished"
     assert any(p.name.endswith("_log.out") for p in (sweep_dir / ".submitit").rglob("*"))  # submitit ran it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, whole_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_slurm_local_stops_its_cells_after_their_step_and_ends_with_the_table(tmp_path, signum, whole_group):
+    # Ctrl-C in a terminal reaches the whole process group; a kill of the command reaches the launcher alone
+    sweep_dir = tmp_path / "sweeps" / "grid"
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", "hydra/launcher=slurm_local",
+                             "train.max_steps=10,200000", *SMALL[1:], f"hydra.sweep.dir={sweep_dir}"],
+                            cwd=tmp_path, env=wandb_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    until = time.monotonic() + 300
+    while not ((sweep_dir / "1" / "metrics.jsonl").is_file() and (sweep_dir / "0" / "summary.json").is_file()):
+        assert proc.poll() is None and time.monotonic() < until, proc.communicate()
+        time.sleep(0.2)
+    if whole_group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signum, out[-3000:] + err[-3000:]
+    assert "Traceback" not in out + err
+    statuses = [json.loads((sweep_dir / c / "summary.json").read_text())["run/status"] for c in ("0", "1")]
+    assert statuses == ["finished", "interrupted"]
+    assert (sweep_dir / "1" / "checkpoints" / "latest.pt").is_file()
+    assert "2 cells, 0 failed" in out
+    assert f"sweep stopped by {signal.Signals(signum).name}; resume it with: andrea-exp -m hydra/launcher=slurm_local" \
+        in out
+    assert not (sweep_dir / ".submitit" / "%j").exists()
 
 
 def test_slurm_preset_has_the_cluster_fields():

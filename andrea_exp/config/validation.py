@@ -117,6 +117,8 @@ def not_a_setting(key: str, cfg: DictConfig) -> str:
     known = set(schema.SETTINGS) | set(schema.GROUPS) if parent in schema.GROUPS or not parent else None
     where = f"{parent}." if parent else ""
     names = [name for name in node if (parent or name != "hydra") and (known is None or f"{where}{name}" in known)]
+    if not names and parent:  # a dict that starts empty (hydra.launcher.additional_parameters): Hydra's own hint
+        return f"{key} is not a setting; {parent} starts empty: add a key to it with +{key}=VALUE"
     close = difflib.get_close_matches(leaf, names, n=1)
     hint = f"did you mean {where}{close[0]}? " if close else ""
     return f"{key} is not a setting; {hint}{parent or 'the top level'} has: {', '.join(names)}"

@@ -23,13 +23,16 @@ from andrea_exp.__main__ import interrupted_at_start_up
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
-from andrea_exp.launch import devices, orphans, sweep
+from andrea_exp.launch import devices, orphans, slurm_job, sweep
 from andrea_exp.runs import run_guard, table, tracking
 from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import read_summary, write_summary
 from andrea_exp.training import sweep_stop
+from andrea_exp.training.time_limit import TIME_LIMIT, TIMEOUT_STATUS
+from hydra_plugins import andrea_exp_launcher
 
 devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
+andrea_exp_launcher.register()  # conf/hydra/launcher/slurm.yaml's launcher
 
 
 def print_run_summary(summary: dict, run_dir: Path) -> None:
@@ -50,11 +53,23 @@ def run_job(cfg: DictConfig) -> dict:
             return {"run/status": "failed"}
         sys.exit(2)
     held = run_guard.holding(run_dir)
+    in_slurm = in_sweep and slurm_job.in_slurm_job()
+    if in_slurm:
+        TIME_LIMIT.take()  # before W&B's start-up, which would swallow it
+        slurm_job.cap_threads()
+        if slurm_job.requeued_into(run_dir):  # this job, requeued: it continues its own cell
+            cfg.train.resume, cfg.train.overwrite = True, held.kind == run_guard.STOPPED
+            print(f"[andrea-exp] cell {hydra_cfg.job.num}: requeued job {slurm_job.job_key()} continues "
+                  f"{run_guard.describe(held)}", flush=True)
     if _is_rank_zero():  # rank 0 alone writes the run's files; under torchrun the others may find them begun
         refused = guard_run_dir(cfg, hydra_cfg, run_dir, held, in_sweep)
         if refused is not None:
             return refused
-    in_worker = in_sweep and sweep_stop.is_local_launcher(hydra_cfg.launcher)
+        if in_slurm:
+            slurm_job.claim(run_dir)
+    joblib_worker = in_sweep and sweep_stop.is_local_launcher(hydra_cfg.launcher)
+    # a cell in a child process of the launching one: joblib's worker, or submitit's local job
+    in_worker = joblib_worker or in_sweep and sweep_stop.is_submitit_local(hydra_cfg.launcher)
     # a sweep this machine stops cleanly: in a local worker, or in the launching process (Hydra's basic launcher)
     cells_here = in_worker or (in_sweep and sweep_stop.LAUNCHER.armed)
     if cells_here:
@@ -64,7 +79,7 @@ def run_job(cfg: DictConfig) -> dict:
         stopped_by = sweep_stop.requested(sweep_dir)
         if stopped_by is not None:  # Ctrl-C before this cell began: recorded, not started
             return record_not_started(cfg, run_dir, held, stopped_by)
-    if in_worker:
+    if joblib_worker:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
@@ -80,6 +95,8 @@ def run_job(cfg: DictConfig) -> dict:
             print(f"[andrea-exp] {done}", flush=True)
         return done.summary
     except Interrupted as stop:
+        if in_slurm:
+            return slurm_cell_stopped(stop, hydra_cfg.job.num)
         if cells_here:  # the launching process starts no more cells, prints the table and the sweep's resume line
             print(f"[andrea-exp] cell {hydra_cfg.job.num} {stop}", flush=True)
             return stop.summary
@@ -107,7 +124,26 @@ def run_job(cfg: DictConfig) -> dict:
             raise
         print(f"error: cell {hydra_cfg.job.num} failed: {why}", file=sys.stderr)
         return {"run/status": "failed"}
+    if in_slurm:
+        slurm_job.release(run_dir)
+        TIME_LIMIT.ignore_from_now()
     return summary  # the training loop printed its results while the W&B run was open
+
+
+def slurm_cell_stopped(stop, cell: int) -> dict:
+    """A SLURM job's cell that stopped with a checkpoint: for its time limit, submitit requeues the job (which
+    continues the cell) and ends this process; else the launcher prints the sweep's resume command."""
+    print(f"[andrea-exp] cell {cell} {stop}, with a checkpoint", flush=True)
+    if stop.summary.get("run/status") == TIMEOUT_STATUS:
+        from submitit.core.utils import UncompletedJobError
+
+        try:
+            TIME_LIMIT.hand_back()
+        except UncompletedJobError:
+            print(f"[andrea-exp] cell {cell}: no requeue left (hydra.launcher.max_num_timeout); the launcher "
+                  "prints the sweep's resume command", flush=True)
+    TIME_LIMIT.ignore_from_now()
+    return stop.summary
 
 
 # ---------------------------------------------------------------- runs already in the directory

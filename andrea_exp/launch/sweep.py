@@ -12,15 +12,16 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from andrea_exp.runs.table import failed_of, read_cells, sweep_report
+from andrea_exp.runs.table import FAILED_STATUSES, failed_of, read_cells, sweep_report
 from andrea_exp.runs.tracking import SWEEP_WANDB_DIR, offline_notice, resolve_mode, sweep_commands
 from andrea_exp.training import sweep_stop
 
 _failed: list[str] = []
+UNFINISHED = ("interrupted", "timeout")  # cells stopped with a checkpoint: the sweep's resume continues them
 
 
 def failed_cells() -> list[str]:
-    """Cells of the last sweep in this process that failed (diverged cells are results, not failures)."""
+    """Cells of the last sweep in this process that failed or did not finish (diverged cells are results)."""
     return list(_failed)
 
 
@@ -40,7 +41,8 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         cells = read_cells(sweep_dir) if sweep_dir.is_dir() else []
         _failed.clear()
-        _failed.extend(failed_of(cells))
+        unfinished = [c["dir"].name for c in cells if c["summary"].get("run/status") in UNFINISHED]
+        _failed.extend(failed_of(cells) + unfinished)
         print("\n" + sweep_report(sweep_dir, cells), flush=True)
         if (sweep_dir / SWEEP_WANDB_DIR).is_dir():
             print(sweep_commands(sweep_dir), flush=True)
@@ -48,6 +50,9 @@ class SweepSummary(Callback):
         if sweep_stop.LAUNCHER.signum is not None:
             print(f"[andrea-exp] sweep stopped by {signal.Signals(sweep_stop.LAUNCHER.signum).name}; resume it with: "
                   f"{sweep_resume_command(config, sweep_dir)}", flush=True)
+        elif unfinished or any(c["summary"].get("run/status") in FAILED_STATUSES for c in cells):
+            print(f"[andrea-exp] {len(unfinished)} cell(s) stopped with a checkpoint, {len(failed_of(cells))} failed; "
+                  f"resume them with: {sweep_resume_command(config, sweep_dir)}", flush=True)
 
 
 # set by Hydra or by the resume itself: the resume line names the sweep directory and -m instead

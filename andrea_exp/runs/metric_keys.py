@@ -103,7 +103,7 @@ RUN_CODE_SHA = "run/code_sha"
 LOOP_PHASES = ("probes", "evals", "maps", "checkpoints")
 RUN_TIME = {phase: f"run/time/{phase}_s" for phase in ("setup", "steps", *LOOP_PHASES, "end")}
 
-RUN_STATUSES = ("finished", "diverged", "failed", "interrupted")
+RUN_STATUSES = ("finished", "diverged", "failed", "interrupted", "timeout")
 
 METRICS: tuple[Metric, ...] = (
     _m(TRAIN_LOSS, "training loss of the step (mean token cross-entropy, averaged over processes)"),
@@ -166,7 +166,7 @@ METRICS: tuple[Metric, ...] = (
 )
 
 SUMMARY_KEYS: tuple[Metric, ...] = (
-    _m(RUN_STATUS, "finished, diverged, failed or interrupted"),
+    _m(RUN_STATUS, "finished, diverged, failed, interrupted or timeout (a SLURM time limit)"),
     _m(RUN_STEPS, "optimiser steps taken"),
     _m(RUN_WALL_S, "wall time of the training loop in seconds"),
     _m(RUN_START_STEP, "the step the last segment began at: 0, or the checkpoint's step for a resumed run (it ran "

@@ -77,6 +77,8 @@ def describe(held: Holding) -> str:
     if held.kind == RESUMABLE:
         if held.status == "interrupted":
             return f"a run interrupted{at}"
+        if held.status == "timeout":
+            return f"a run stopped for its time limit{at}"
         return f"a run that failed{at}, with a checkpoint" if held.status == "failed" else \
             "a run that stopped with a checkpoint and no summary (killed?)"
     if held.kind == STOPPED:

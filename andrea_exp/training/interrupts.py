@@ -15,13 +15,18 @@ from andrea_exp.runs import metric_keys as K
 from andrea_exp.training import sweep_stop
 from andrea_exp.training.runtime import Runtime
 from andrea_exp.training.signals import FirstSignal
+from andrea_exp.training.time_limit import TIME_LIMIT, TIMEOUT_STATUS, status_of
 
 
 class Interrupted(Exception):
-    """SIGINT / SIGTERM ended the run after a checkpoint and a summary were written."""
+    """SIGINT / SIGTERM (or a SLURM job's time-limit signal) ended the run after a checkpoint and a summary
+    were written."""
+
+    STATUSES = ("interrupted", TIMEOUT_STATUS)  # the run/status of a run stopped this way
 
     def __init__(self, signum: int, summary: dict):
-        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {summary.get(K.RUN_STEPS)}")
+        how = "stopped for its time limit" if summary.get(K.RUN_STATUS) == TIMEOUT_STATUS else "interrupted"
+        super().__init__(f"{how} by {signal.Signals(signum).name} at step {summary.get(K.RUN_STEPS)}")
         self.signum, self.summary = signum, summary
         self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
 
@@ -41,10 +46,13 @@ class StopRequest(FirstSignal):
     """While active, SIGINT and SIGTERM only ask the loop to stop after the current step; a second signal
     gets the previous handler (Ctrl-C twice still kills a stuck run)."""
 
+    status_of = staticmethod(status_of)  # the run's status after the stop: `interrupted`, or `timeout`
+
     def __enter__(self) -> StopRequest:
         global _active, loops_begun
         loops_begun += 1
-        self.signum = sweep_stop.LAUNCHER.stop_asked()  # the sweep running here was stopped during this cell's set-up
+        # the sweep running here was stopped, or the SLURM job's time is nearly up, during this cell's set-up
+        self.signum = sweep_stop.LAUNCHER.stop_asked() or TIME_LIMIT.signum
         if self.signum is None:
             self.take()  # else the next signal is the second: it kills
         _active = self

@@ -416,7 +416,7 @@ def train(cfg, run_dir: Path) -> dict:
                         with window.aside(), clock.phase("checkpoints"):
                             save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
                     if stopping:
-                        status = "interrupted"
+                        status = stop.status_of(stop.signum)  # interrupted, or timeout (SLURM)
                         break
         except Diverged as why:
             status, error = "diverged", str(why)
@@ -452,6 +452,6 @@ def train(cfg, run_dir: Path) -> dict:
     if rt.is_main and status != "interrupted":  # before the W&B run closes: its console log keeps the results
         print("\n".join(end_of_run_lines(summary, run_dir)), flush=True)
     tracker.finish(summary)
-    if status == "interrupted":
+    if status in Interrupted.STATUSES:
         raise Interrupted(stop.signum, summary)
     return summary

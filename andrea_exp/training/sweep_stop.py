@@ -29,10 +29,17 @@ def is_local_launcher(launcher_cfg) -> bool:
     return "joblib" in str(launcher_cfg.get("_target_", ""))
 
 
+def is_submitit_local(launcher_cfg) -> bool:
+    """hydra/launcher=slurm_local: cells in processes of submitit's local executor, children of this one."""
+    return str(launcher_cfg.get("_target_", "")).endswith(".SlurmLocalLauncher")
+
+
 def runs_cells_here(launcher_cfg) -> bool:
     """Cells run on this machine, started by the launching process: Hydra's basic launcher (one after another,
-    in the launching process itself) or the joblib one. SLURM's cells are jobs of their own."""
-    return is_local_launcher(launcher_cfg) or str(launcher_cfg.get("_target_", "")).endswith(".BasicLauncher")
+    in the launching process itself), the joblib one or submitit's local one. SLURM's cells are jobs of their
+    own."""
+    return (is_local_launcher(launcher_cfg) or is_submitit_local(launcher_cfg)
+            or str(launcher_cfg.get("_target_", "")).endswith(".BasicLauncher"))
 
 
 def requested(sweep_dir: Path | str) -> int | None:
