@@ -77,7 +77,7 @@ def test_every_evaluation_logs_the_training_split_loss_beside_the_held_out_one(t
                                "train.sample_tokens=2"))
     train(cfg, tmp_path)
     evals = [r for r in _records(tmp_path) if K.EVAL_LOSS_AS_TRAINED in r]
-    assert [r["step"] for r in evals] == [4, 8]
+    assert [r["step"] for r in evals] == [0, 4, 8]  # evaluation at step 0 too
     assert all(K.EVAL_LOSS_TRAIN_SPLIT in r and math.isfinite(r[K.EVAL_LOSS_TRAIN_SPLIT]) for r in evals)
     # the final value is the loss of the held-in windows under the final weights
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)

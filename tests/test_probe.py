@@ -356,4 +356,4 @@ def test_probes_every_step_leave_the_training_curve_identical(tmp_path):
     probed_steps = [r["step"] for r in with_probe if "attn/entropy" in r]
     assert probed_steps == list(range(31))  # every step, and once more after the last
     assert not any("attn/entropy" in r for r in without)
-    assert len(list((tmp_path / "on" / "attention_maps").glob("*.png"))) == 2 * 3  # steps 0, 10, 20
+    assert len(list((tmp_path / "on" / "attention_maps").glob("*.png"))) == 2 * 4  # steps 0, 10, 20, last (30)

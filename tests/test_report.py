@@ -184,7 +184,9 @@ def test_report_on_a_real_tiny_sweep(tmp_path):
     assert "8 runs are shorter than 200 steps" in text  # 30-step runs: flagged in the data box
     assert "8 of 8 runs are shorter than 200 steps" in appendix
     assert "## Logit growth and its fixes" in appendix
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| (C\d[ab]?) \| [^|]+ \| \*\*(.+?)\*\* \|", text, re.M)}
+    # a verdict may carry a flag after it, e.g. "(runs under 200 steps: too short to judge)"
+    row = re.compile(r"^\| (C\d[ab]?) \| [^|]+ \| \*\*(.+?)\*\*[^|]* \|", re.M)
+    rows = {m.group(1): m.group(2) for m in row.finditer(text)}
     assert set(rows) == {"C1", "C2a", "C2b", "C3", "C4a", "C4b", "C5a", "C5b", "C6", "C7", "C8", "C9"}
     # every scaled/unscaled pair and every unmasked cell is there, so every statement has measured places, but
     # C7's: 30 steps train no causal twin, and a leak against an untrained twin is not measured
