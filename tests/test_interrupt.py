@@ -134,12 +134,12 @@ def session_processes(session: int) -> list[str]:
     return subprocess.run(["ps", "-s", str(session), "-o", "pid="], capture_output=True, text=True).stdout.split()
 
 
-def start_local_sweep(tmp_path, cells: str, steps: int = 3000) -> tuple[subprocess.Popen, Path]:
-    """A local_gpus sweep, two cells at a time, in a session of its own; returns once cells 0 and 1 train."""
+def start_local_sweep(tmp_path, cells: str, steps: int = 3000, per_gpu: int = 2) -> tuple[subprocess.Popen, Path]:
+    """A local_gpus sweep, `per_gpu` cells at a time, in a session of its own; returns once cells 0 and 1 train."""
     sweep_dir = tmp_path / "sweep"
     log = (tmp_path / "sweep.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, f"train.max_steps={steps}",
-                             f"model.d_k={cells}", "hydra/launcher=local_gpus", "cells_per_gpu=2",
+                             f"model.d_k={cells}", "hydra/launcher=local_gpus", f"cells_per_gpu={per_gpu}",
                              f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     metrics = [sweep_dir / cell / "metrics.jsonl" for cell in ("0", "1")]
@@ -192,6 +192,23 @@ def test_a_signal_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no
     assert "3 cells, 0 failed" in log and "Traceback" not in log and "KeyboardInterrupt" not in log
     assert log.count("resume it with: andrea-exp -m ") == 1
     assert not (sweep_dir / sweep_stop.MARKER).exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_group_reaches_idle_workers_too_and_the_sweep_still_ends_with_its_table(tmp_path, signum):
+    """More worker slots than cells (`cells_per_gpu=4` over two cells, as on a GPU machine with a small grid):
+    the idle workers get the group's signal as well. They live on until the sweep ends, so joblib does not
+    call its pool broken and kill the running cells before their checkpoints (TerminatedWorkerError)."""
+    proc, sweep_dir = start_local_sweep(tmp_path, "8,16", per_gpu=4)
+    os.killpg(proc.pid, signum)
+    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
+    log = (tmp_path / "sweep.log").read_text()
+    assert proc.returncode == 128 + signum, log[-3000:]
+    for cell in ("0", "1"):
+        assert_stopped_cleanly(sweep_dir, cell)
+    assert "Traceback" not in log and "TerminatedWorkerError" not in log, log[-3000:]
+    assert "2 cells, 0 failed" in log and log.count("resume it with: andrea-exp -m ") == 1
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
