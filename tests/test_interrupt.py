@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny
+from test_sweep import wandb_env
+from test_tracking import read_run
 
 from andrea_exp.training import checkpoint, sweep_stop
 
@@ -134,12 +136,12 @@ def session_processes(session: int) -> list[str]:
     return subprocess.run(["ps", "-s", str(session), "-o", "pid="], capture_output=True, text=True).stdout.split()
 
 
-def start_local_sweep(tmp_path, cells: str, steps: int = 3000) -> tuple[subprocess.Popen, Path]:
-    """A local_gpus sweep, two cells at a time, in a session of its own; returns once cells 0 and 1 train."""
+def start_local_sweep(tmp_path, cells: str, steps: int = 3000, per_gpu: int = 2) -> tuple[subprocess.Popen, Path]:
+    """A local_gpus sweep, `per_gpu` cells at a time, in a session of its own; returns once cells 0 and 1 train."""
     sweep_dir = tmp_path / "sweep"
     log = (tmp_path / "sweep.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", "-m", *SMALL, f"train.max_steps={steps}",
-                             f"model.d_k={cells}", "hydra/launcher=local_gpus", "cells_per_gpu=2",
+                             f"model.d_k={cells}", "hydra/launcher=local_gpus", f"cells_per_gpu={per_gpu}",
                              f"hydra.sweep.dir={sweep_dir}"], env=ENV, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     metrics = [sweep_dir / cell / "metrics.jsonl" for cell in ("0", "1")]
@@ -195,6 +197,23 @@ def test_a_signal_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_group_reaches_idle_workers_too_and_the_sweep_still_ends_with_its_table(tmp_path, signum):
+    """More worker slots than cells (`cells_per_gpu=4` over two cells, as on a GPU machine with a small grid):
+    the idle workers get the group's signal as well. They live on until the sweep ends, so joblib does not
+    call its pool broken and kill the running cells before their checkpoints (TerminatedWorkerError)."""
+    proc, sweep_dir = start_local_sweep(tmp_path, "8,16", per_gpu=4)
+    os.killpg(proc.pid, signum)
+    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
+    log = (tmp_path / "sweep.log").read_text()
+    assert proc.returncode == 128 + signum, log[-3000:]
+    for cell in ("0", "1"):
+        assert_stopped_cleanly(sweep_dir, cell)
+    assert "Traceback" not in log and "TerminatedWorkerError" not in log, log[-3000:]
+    assert "2 cells, 0 failed" in log and log.count("resume it with: andrea-exp -m ") == 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
 def test_the_printed_sweep_command_finishes_every_cell(tmp_path):
     """The line a stopped sweep prints is the whole command: run as printed, it resumes the stopped cells
     from their checkpoints and runs the one never started, with the sweep's own overrides."""
@@ -228,3 +247,40 @@ def test_a_signal_to_the_launching_process_alone_reaches_the_running_cells(tmp_p
     assert proc.returncode == 143, (tmp_path / "sweep.log").read_text()[-3000:]
     for cell in ("0", "1"):
         assert_stopped_cleanly(sweep_dir, cell)
+
+
+def children(pid: int) -> list[int]:
+    return [int(p) for p in subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True,
+                                           text=True).stdout.split()]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="finds the run's child processes with Linux ps")
+def test_a_signal_to_every_process_of_a_run_still_closes_its_wandb_run_with_its_status_and_last_step(tmp_path):
+    """SLURM's scancel signals every process of a job, W&B's service too (its own session does not shield it):
+    the service ends at once. The run stops after its step as usual; its W&B run (offline, read back with W&B's
+    own reader) is closed with the run's status and last step, and no exit hook prints a traceback."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", *SMALL, "train.max_steps=3000", "logger.mode=offline",
+                             f"hydra.run.dir={run_dir}"], env=wandb_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no training step logged in time"
+        time.sleep(0.02)
+    job = [proc.pid, *children(proc.pid)]
+    assert len(job) >= 2, "W&B's service process was not found"
+    for pid in job:
+        os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run/status"] == "interrupted"
+    wandb_run = read_run(sorted((run_dir / "wandb").glob("offline-run-*"))[-1])  # the run as W&B closed it
+    assert (wandb_run["state"], wandb_run["exit_code"]) == ("finished", 0)
+    assert wandb_run["summary"]["run/status"] == "interrupted"
+    assert wandb_run["summary"]["run/steps"] == summary["run/steps"]
+    assert "interrupted" in wandb_run["run"]["tags"]
+    assert wandb_run["run"]["run_id"] == (run_dir / "wandb_run_id").read_text().strip()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_sweep import wandb_env
+from test_tracking import read_run
 
 pytestmark = pytest.mark.slurm
 
@@ -120,7 +121,9 @@ def test_a_cancelled_cell_costs_only_itself(tmp_path):
     proc, sweep_dir = start(tmp_path, "train.max_steps=20,200000", "train.ckpt_every=0")
     seen: list[str] = []
     array = array_id(proc, seen)
-    wait_until(lambda: (sweep_dir / "1" / "metrics.jsonl").is_file(), what="cell 1 to train")
+    # a logged step, not just metrics.jsonl (made before W&B starts): the cancel lands in training
+    wait_until(lambda: (sweep_dir / "1" / "metrics.jsonl").is_file() and steps_in(sweep_dir / "1"),
+               what="cell 1 to train")
     wait_until(lambda: (sweep_dir / "0" / "summary.json").is_file(), what="cell 0 to finish")
     subprocess.run(["scancel", f"{array}_1"], check=True)
     rc, out, err = finish(proc)
@@ -132,6 +135,12 @@ def test_a_cancelled_cell_costs_only_itself(tmp_path):
     stopped = summary(sweep_dir / "1")
     assert stopped["run/status"] == "interrupted" and stopped["run/steps"] > 0
     assert (sweep_dir / "1" / "checkpoints" / "latest.pt").is_file()  # stopped after its step, with a checkpoint
+    # scancel signals W&B's service process too: the run is still closed with its status and last step
+    wandb_run = read_run(sorted((sweep_dir / "1" / "wandb").glob("offline-run-*"))[-1])
+    assert (wandb_run["state"], wandb_run["summary"]["run/status"]) == ("finished", "interrupted")
+    assert wandb_run["summary"]["run/steps"] == stopped["run/steps"]
+    job_err = "".join(p.read_text() for p in (sweep_dir / ".submitit").rglob(f"{array}_1_*.err"))
+    assert "W&B's service process ended" in job_err and "Traceback" not in job_err, job_err[-3000:]
     resume = [line for line in out.splitlines() if "resume them with:" in line]
     assert len(resume) == 1 and "hydra/launcher=slurm" in resume[0] and f"hydra.sweep.dir={sweep_dir}" in resume[0]
 

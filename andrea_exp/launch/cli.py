@@ -23,7 +23,7 @@ from andrea_exp.__main__ import interrupted_at_start_up
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
-from andrea_exp.launch import devices, orphans, slurm_job, sweep
+from andrea_exp.launch import devices, local_workers, orphans, slurm_job, sweep
 from andrea_exp.runs import run_guard, table, tracking
 from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import read_summary, write_summary
@@ -32,6 +32,7 @@ from andrea_exp.training.time_limit import TIME_LIMIT, TIMEOUT_STATUS
 from hydra_plugins import andrea_exp_launcher
 
 devices.register_resolver()  # before Hydra composes conf/hydra/launcher/local_gpus.yaml
+local_workers.register()  # its joblib workers survive a signal to the process group
 andrea_exp_launcher.register()  # conf/hydra/launcher/slurm.yaml's launcher
 
 

@@ -147,6 +147,7 @@ class Tracker:
         self.wandb_run = None
         self._wandb = None
         self._charted: set[str] = set()  # keys logged to W&B so far (a per-layer key is hidden when first seen)
+        self._reopened = False  # the W&B run was continued in a new service process once already
         if enabled:
             try:
                 self._start_wandb(resume_step)
@@ -228,6 +229,14 @@ class Tracker:
         try:
             fn(self.wandb_run)
         except Exception as err:
+            if isinstance(err, ConnectionError) and self._reopen_in_new_service():
+                try:
+                    fn(self.wandb_run)
+                    return
+                except Exception as again:
+                    err = again
+            if self.wandb_run is None:
+                return
             _say_once(f"[andrea-exp] W&B {what} failed ({type(err).__name__}: {err}); "
                       "continuing with metrics.jsonl only")
             run, self.wandb_run = self.wandb_run, None
@@ -235,6 +244,29 @@ class Tracker:
                 _open_runs.remove(run)
             with contextlib.suppress(Exception):  # already broken; closing is best effort
                 run.finish(exit_code=1)
+
+    def _reopen_in_new_service(self) -> bool:
+        """W&B's service process is gone: a signal meant for the run reached it too (SLURM signals every process
+        of a cancelled job, wherever its session). Close the dead connection (else its exit hook prints a
+        traceback) and continue the same W&B run, by its id, in a new service, so that a stopped run still
+        closes with its status and last step. Once per run; False if W&B could not start again."""
+        if self._reopened:
+            return False
+        self._reopened = True
+        dead, self.wandb_run = self.wandb_run, None
+        if dead in _open_runs:
+            _open_runs.remove(dead)
+        with contextlib.suppress(Exception):  # the connection is broken: its teardown cannot reach the service
+            self._wandb.teardown()
+        print(f"[andrea-exp] W&B's service process ended; run {getattr(dead, 'id', '?')} goes on in a new one",
+              file=sys.stderr, flush=True)
+        self._charted = set()
+        try:
+            self._start_wandb(resume_step=0)  # any step: the id is read back from the run directory
+        except Exception as err:
+            _say_once(f"[andrea-exp] W&B could not start again: {type(err).__name__}: {err}")
+            self.wandb_run = None
+        return self.wandb_run is not None
 
     def log(self, metrics: dict, step: int) -> None:
         if not self.enabled or not metrics:
@@ -292,9 +324,14 @@ class Tracker:
                 values = {k: rundir.jsonable(v) for k, v in summary.items() if k not in ("config", *MIN_IN_SUMMARY)}
                 # diverged and interrupted runs close with exit code 0 (a result, a pause): a tag tells them apart
                 tags = (status,) if status in TAGGED_STATUSES else ()
-                self._wandb_call("summary", lambda r: (r.summary.update(values),
-                                                       setattr(r, "tags", tuple(r.tags or ()) + tags)))
-            if self.wandb_run is not None:
+
+                def close(r) -> None:  # one call: a run continued in a new service (above) gets all of it
+                    r.summary.update(values)
+                    r.tags = tuple(r.tags or ()) + tags
+                    r.finish(exit_code=1 if failed else 0)
+
                 _open_runs.remove(run)
-                self._wandb_call("finish", lambda r: r.finish(exit_code=1 if failed else 0))
+                self._wandb_call("finish", close)
+                if self.wandb_run in _open_runs:  # the run continued in a new service
+                    _open_runs.remove(self.wandb_run)
                 self.wandb_run = None

@@ -51,8 +51,9 @@ class StopRequest(FirstSignal):
     def __enter__(self) -> StopRequest:
         global _active, loops_begun
         loops_begun += 1
-        # the sweep running here was stopped, or the SLURM job's time is nearly up, during this cell's set-up
-        self.signum = sweep_stop.LAUNCHER.stop_asked() or TIME_LIMIT.signum
+        # the sweep running here (or this sweep worker) was stopped, or the SLURM job's time is nearly up, during
+        # this cell's set-up
+        self.signum = sweep_stop.LAUNCHER.stop_asked() or sweep_stop.WORKER.signum or TIME_LIMIT.signum
         if self.signum is None:
             self.take()  # else the next signal is the second: it kills
         _active = self

@@ -9,6 +9,10 @@ process alone was signalled, reads the marker: `forward_to_running_cell`); a cel
 reads the marker and is recorded as interrupted at step 0. The sweep then ends with its table and exits
 128 + signal. A second signal gets the previous handler (Ctrl-C twice still kills).
 
+Each joblib worker takes the first signal from its start too (`WORKER`, through launch/local_workers.py): a
+signal to the whole process group reaches every worker, and one that is idle or still setting up its cell
+would die of it, which makes joblib kill the others in the middle of their checkpoints.
+
 Free of torch: the launching process never imports it.
 """
 
@@ -91,6 +95,20 @@ class LauncherStop(FirstSignal):
 
 
 LAUNCHER = LauncherStop()
+
+
+class WorkerStop(FirstSignal):
+    """In a local sweep's worker process, for its whole life: the first signal is kept (the cell it sets up next,
+    or is setting up, stops at its first step) instead of ending the worker; a running cell's own StopRequest
+    takes the signal first and passes it on here, so the second one kills in either case."""
+
+
+WORKER = WorkerStop()
+
+
+def take_signals_in_worker() -> None:
+    """The initializer of every worker process of hydra/launcher=local_gpus (launch/local_workers.py)."""
+    WORKER.take()
 
 
 def forward_to_running_cell(sweep_dir: Path | str | None) -> None:
