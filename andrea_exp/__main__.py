@@ -1,7 +1,14 @@
-"""`python -m andrea_exp` and the andrea-exp command: the command starts in andrea_exp/launch/startup.py, which
-imports the Hydra app inside its Ctrl-C guard."""
+"""`python -m andrea_exp` and the andrea-exp command: the Hydra app in andrea_exp/launch/cli.py, imported inside
+launch/startup.py's Ctrl-C guard, so that an interrupt while torch and Hydra load ends in one line too."""
 
-from andrea_exp.launch.startup import main
+from andrea_exp.launch.startup import start_up_guard
+
+
+def main() -> None:
+    with start_up_guard():
+        from andrea_exp.launch.cli import main as command
+    command()
+
 
 if __name__ == "__main__":
     main()

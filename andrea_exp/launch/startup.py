@@ -1,6 +1,8 @@
-"""The andrea-exp command's start-up guard: the Hydra app (launch/cli.py) is imported inside a Ctrl-C guard, so
-that an interrupt while torch and Hydra load ends in one line too."""
+"""What a Ctrl-C does while the andrea-exp command starts (torch and Hydra loading, settings checked, before the
+first training step): one line and status 130. A leaf: the command's entry (andrea_exp/__main__.py) loads the
+Hydra app under `start_up_guard`, and the app (launch/cli.py) reports a later start-up interrupt the same way."""
 
+import contextlib
 import os
 import signal
 import sys
@@ -16,9 +18,10 @@ def interrupted_at_start_up() -> None:
     os._exit(128 + signal.SIGINT)
 
 
-def main() -> None:
+@contextlib.contextmanager
+def start_up_guard():
+    """An interrupt inside the block (the imports of torch and Hydra) ends the command as one line."""
     try:
-        from andrea_exp.launch.cli import main as command
+        yield
     except KeyboardInterrupt:
         interrupted_at_start_up()
-    command()
