@@ -1,26 +1,12 @@
 """`python -m andrea_exp` and the andrea-exp command: the Hydra app in andrea_exp/launch/cli.py, imported inside
-a Ctrl-C guard, so that an interrupt while torch and Hydra load ends in one line too."""
+launch/startup.py's Ctrl-C guard, so that an interrupt while torch and Hydra load ends in one line too."""
 
-import os
-import signal
-import sys
-
-STARTUP = "interrupted by SIGINT during start-up, before the first training step; nothing was trained"
-
-
-def interrupted_at_start_up() -> None:
-    """One line and exit status 130, at once: nothing was written, and an interrupted import may have left the
-    interpreter set to end by re-raising SIGINT at its finalisation (status -2, not 130)."""
-    print(f"[andrea-exp] {STARTUP}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(128 + signal.SIGINT)
+from andrea_exp.launch.startup import start_up_guard
 
 
 def main() -> None:
-    try:
+    with start_up_guard():
         from andrea_exp.launch.cli import main as command
-    except KeyboardInterrupt:
-        interrupted_at_start_up()
     command()
 
 

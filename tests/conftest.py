@@ -135,8 +135,26 @@ def slurm_unavailable() -> str | None:
     return None
 
 
+def gpu_skip_reason(marker, cuda: bool, triton_interpreter: bool) -> str | None:
+    """Why a test marked `gpu` cannot run here, or None. gpu(triton_interpreter=True): a Triton kernel's test,
+    which also runs on the CPU under Triton's interpreter (TRITON_INTERPRET=1)."""
+    if cuda or (triton_interpreter and marker.kwargs.get("triton_interpreter")):
+        return None
+    return "needs a CUDA device"
+
+
 def pytest_collection_modifyitems(config, items):
     marked = [item for item in items if "slurm" in item.keywords]
     why = slurm_unavailable() if marked else None
     for item in marked if why else []:
         item.add_marker(pytest.mark.skip(reason=why))
+    # the one GPU condition: the `gpu` marker skips by itself without CUDA, so no test restates the check
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu:
+        import torch  # only when a GPU test was collected: the rest of the suite need not load torch to collect
+
+        cuda, interpreter = torch.cuda.is_available(), os.environ.get("TRITON_INTERPRET") == "1"
+        for item in gpu:
+            why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter)
+            if why:
+                item.add_marker(pytest.mark.skip(reason=why))

@@ -434,7 +434,6 @@ def test_expected_refusals_are_only_above_the_fused_limit():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("d_k", [64, 256, 512, 4096])

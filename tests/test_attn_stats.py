@@ -49,8 +49,9 @@ def kernel_device() -> str | None:
     return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else None
 
 
-needs_kernel = pytest.mark.skipif(kernel_device() is None, reason="needs CUDA with Triton (or TRITON_INTERPRET=1)")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# The kernels' tests are marked gpu(triton_interpreter=True): without CUDA they run only under the interpreter
+kernel_gpu = pytest.mark.gpu(triton_interpreter=True)
+needs_triton = pytest.mark.skipif(not attn_stats.triton_available(), reason="needs Triton")
 
 
 @pytest.fixture(autouse=True)
@@ -481,17 +482,17 @@ def kernel_grid():
         T, d, causal, scaled, fill, dtype = param.values
         if kernel_device() == "cpu" and (dtype == torch.bfloat16 or T == 1024):
             continue  # the interpreter: no bf16, and T 1024 takes minutes
-        yield pytest.param(*param.values, id=param.id, marks=pytest.mark.gpu)
+        yield pytest.param(*param.values, id=param.id, marks=kernel_gpu)
 
 
-@needs_kernel
+@needs_triton
 @pytest.mark.parametrize("T, d, causal, scaled, fill, dtype", list(kernel_grid()))
 def test_kernel_equals_the_explicit_pipeline(T, d, causal, scaled, fill, dtype):
     check_against_explicit(T, d, causal, scaled, fill, dtype, "triton", kernel_device())
 
 
-@pytest.mark.gpu
-@needs_kernel
+@kernel_gpu
+@needs_triton
 def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
     device = kernel_device()
     q, k = (t.to(device) for t in rising_keys())
@@ -503,8 +504,8 @@ def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
     assert_close(head_stats(q, k, scale=0.125, causal=True, impl="triton"), head_stats_torch(q, k, 0.125, True), 600)
 
 
-@pytest.mark.gpu
-@needs_kernel
+@kernel_gpu
+@needs_triton
 def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
     device = kernel_device()
     q, k = random_qk(130, 32, device=device)
@@ -525,8 +526,8 @@ def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
         assert uniform["max_prob_max"] == pytest.approx(1 / 17, rel=1e-6)
 
 
-@pytest.mark.gpu
-@needs_kernel
+@kernel_gpu
+@needs_triton
 def test_the_flag_turns_the_kernels_off():
     device = kernel_device()
     q, k = random_qk(64, 16, device=device)
@@ -542,8 +543,8 @@ def test_the_flag_turns_the_kernels_off():
         assert_close(out, head_stats_torch(q[:, :, :T], k[:, :, :T], 0.25, True), 2 * T)
 
 
-@pytest.mark.gpu
-@needs_kernel
+@kernel_gpu
+@needs_triton
 @pytest.mark.parametrize("case, dtype", ADVERSARIAL, ids=[f"{c}-{str(d).split('.')[-1]}" for c, d in ADVERSARIAL])
 def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dtype):
     """The kernel's row max is kept on the raw q.k and z = (r - m) c, so the max key contributes exactly 1 (with
@@ -563,10 +564,6 @@ def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dt
 
 
 # ---------------------------------------------------------------- the fused pass: attention and statistics (GPU)
-
-
-needs_fused_pass = pytest.mark.skipif(not (torch.cuda.is_available() and attn_stats.triton_available()),
-                                      reason="needs CUDA with Triton")
 
 
 def fused_pass(q, k, v, scale: float, causal: bool, on: int = 1, cudnn: bool = False):
@@ -596,7 +593,7 @@ def fused_grid():
                                                   f"-{backward}")
 
 
-@needs_fused_pass
+@needs_triton
 @pytest.mark.parametrize("T, d, causal, scaled, dtype, backward", list(fused_grid()))
 def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, causal, scaled, dtype, backward):
     """Output and gradients (through flash's or cuDNN's backward): no further from the float64 formula than SDPA's
@@ -632,7 +629,7 @@ def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, 
 
 
 @pytest.mark.gpu
-@needs_fused_pass
+@needs_triton
 def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_off():
     q, k = (t.to("cuda", torch.bfloat16) for t in rising_keys())
     v = torch.randn_like(q)
@@ -648,7 +645,7 @@ def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_o
 
 
 @pytest.mark.gpu
-@needs_fused_pass
+@needs_triton
 def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass():
     """Same seed, same batches: train.attn_stats_pass=fused (the attention from the fused kernel, gradients from
     flash's backward) and =separate (SDPA's forward, a statistics-only pass) give the same losses and statistics
@@ -708,8 +705,7 @@ def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tens
 
 
 @pytest.mark.gpu
-@needs_cuda
-@pytest.mark.skipif(not attn_stats.triton_available(), reason="needs Triton")
+@needs_triton
 @pytest.mark.parametrize("mode", ["eager", "graphed", "graphed-compiled"])
 def test_training_steps_record_the_explicit_pipelines_values(mode):
     overrides = {"eager": ["train.cuda_graph=false"], "graphed": ["train.cuda_graph=true"],

@@ -79,7 +79,6 @@ def test_add_matmul_adds_the_product_to_the_float32_sum():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_chunked_loss_in_bf16_on_the_gpu_sums_d_w_in_float32():
     """On a GPU each chunk's d W is added inside the GEMM (out_dtype float32): the sum over chunks must
     match a float64 computation from the same bf16 inputs to float32-sum accuracy, far closer than a

@@ -81,8 +81,6 @@ def test_schema_refuses_a_bad_value_and_keeps_the_setting_operational():
 
 # ---------------------------------------------------------------- graphed = eager (GPU)
 
-gpu = pytest.mark.gpu
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Tolerance: the graph replays the very kernels of the eager step, in the same order on the same
 # buffers, so losses and gradient norms are expected bitwise equal; 1e-6 absolute is the bound asserted.
 # Eager GPU training is itself not reproducible at that level (atomic adds, e.g. the embedding's backward
@@ -146,8 +144,7 @@ def assert_same(a, b) -> None:
         assert abs(la - lb) <= TOL and abs(ga - gb) <= TOL, f"step {i}: loss {la} vs {lb}, grad norm {ga} vs {gb}"
 
 
-@gpu
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_twenty_graphed_steps_equal_eager_steps(precision, deterministic):
     cfg = config(f"train.precision={precision}")
@@ -157,8 +154,7 @@ def test_twenty_graphed_steps_equal_eager_steps(precision, deterministic):
     assert_same(eager, graphed)
 
 
-@gpu
-@needs_cuda
+@pytest.mark.gpu
 def test_graphed_compiled_steps_equal_eager_compiled_steps():
     """train.compile with the graph: the compiled model is captured after its eager warm-up compiled it.
     Compiled kernels are not bitwise reproducible between runs, so the bound is looser than TOL."""
@@ -169,8 +165,7 @@ def test_graphed_compiled_steps_equal_eager_compiled_steps():
         assert ra == rb and abs(la - lb) <= 1e-3 and abs(ga - gb) <= 1e-3 * max(ga, 1.0), (i, la, lb, ga, gb)
 
 
-@gpu
-@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("first, second", [(False, True), (True, False), (True, True)])
 def test_resume_across_the_switch_equals_an_unbroken_run(first, second, deterministic):
     cfg = config()
@@ -182,8 +177,7 @@ def test_resume_across_the_switch_equals_an_unbroken_run(first, second, determin
     assert_same(unbroken, head + after.steps(10, 20))
 
 
-@gpu
-@needs_cuda
+@pytest.mark.gpu
 def test_a_failed_capture_under_auto_falls_back_to_eager_in_one_line(monkeypatch, deterministic):
     cfg = config()
     eager = Run(cfg, False).steps(0, 8)

@@ -2,7 +2,8 @@
 import (a line `May import: a, b.`), and every import in its modules, at any depth (lazy ones included), keeps
 to it; the stated rules themselves form no circle, and no two modules need each other to load (an import inside
 a function, taken only when it runs, may point back within a subpackage: data.sources reads a prepared
-directory's tokenizer through data.prepare, model.step_stats loads its Triton kernels only on CUDA)."""
+directory's tokenizer through data.prepare, model.step_stats loads its Triton kernels only on CUDA).
+The top-level modules (andrea_exp/*.py, the entry points) stand above all of it: nothing imports them back."""
 
 from __future__ import annotations
 
@@ -60,13 +61,33 @@ def test_every_import_keeps_to_the_stated_order():
     wrong = []
     for module, path in MODULES.items():
         sub = subpackage(module)
-        if sub is None:  # andrea_exp/__init__.py, __main__.py: the package's face and entry modules
+        if sub is None:  # andrea_exp/*.py: the package's face and the entry modules, above every subpackage
             continue
         for target in imported(path):
             other = subpackage(target)
             if other is not None and other != sub and other not in allowed(sub):
                 wrong.append(f"{module} imports {target} ({sub} may import: {sorted(allowed(sub))})")
     assert not wrong, "\n".join(wrong)
+
+
+TOP_LEVEL = {module for module, path in MODULES.items() if path.parent == PACKAGE and path.name != "__init__.py"}
+
+
+def imports_of_top_level(modules: dict[str, Path]) -> list[str]:
+    """Each import, at any depth, of a top-level module (andrea_exp/*.py: the entry modules) by another module."""
+    return [f"{module} imports {target}" for module, path in modules.items() for target in imported(path)
+            if target in TOP_LEVEL and target != module]
+
+
+def test_top_level_modules_stand_above_every_subpackage():
+    """andrea_exp/*.py only hand a command on to a subpackage: nothing imports them back (an import of an entry
+    module from below would make a circle through it), and the package's face imports nothing at all."""
+    assert {"andrea_exp.__main__", "andrea_exp.corpora", "andrea_exp.prepare"} <= TOP_LEVEL
+    wrong = imports_of_top_level(MODULES)
+    assert not wrong, "\n".join(wrong)
+    assert imported(PACKAGE / "__init__.py") == set(), "andrea_exp/__init__.py must stay free of imports"
+    for module in TOP_LEVEL:
+        assert all(subpackage(t) for t in imported(MODULES[module])), f"{module} imports outside a subpackage"
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -113,3 +134,6 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
     assert imported(bad, at_load=True) == {"andrea_exp.launch.cli"}
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+    back = tmp_path / "back.py"
+    back.write_text("def f():\n    from andrea_exp.__main__ import main\n")
+    assert imports_of_top_level({"andrea_exp.launch.x": back}) == ["andrea_exp.launch.x imports andrea_exp.__main__"]

@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.runs import metric_keys as K
+from andrea_exp.runs.code_facts import code_sha, git_facts
 from andrea_exp.training import checkpoint
 from andrea_exp.training.interrupts import StopRequest
 from andrea_exp.training.logwindow import LogWindow
 from andrea_exp.training.loop import DivergenceWatch, LoopState, probe_due, train
-from andrea_exp.training.runfacts import code_sha, git_facts
 from andrea_exp.training.runtime import Runtime, setup_runtime
 
 TINY = tiny("train.max_steps=4", "train.eval_every=0", "train.log_every=2", "train.device=cpu",

@@ -43,7 +43,7 @@ QK_LAYERNORM = (True, False)
 ATTN_IMPLS = ("auto", "explicit", "fused", "bilinear")
 # Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
 # explicit path (two GEMMs and a float32 softmax) is several times faster.
-FUSED_MAX_HEAD_DIM = 256
+SDPA_MAX_HEAD_DIM = 256
 BILINEAR_NEEDS_NO_QK_LAYERNORM = ("model.attn_impl=bilinear needs model.qk_layernorm=false (the LayerNorm acts on q "
                                   "and k, which the bilinear form never forms); use auto, explicit or fused")
 
@@ -81,7 +81,7 @@ def prefer_fused(d_k: int, d_v: int, mask_fill: float) -> bool:
 
     The fused kernels mask with -inf only, so a finite mask_fill always takes the explicit path.
     """
-    return max(d_k, d_v) <= FUSED_MAX_HEAD_DIM and mask_fill == FUSED_MASK_FILL
+    return max(d_k, d_v) <= SDPA_MAX_HEAD_DIM and mask_fill == FUSED_MASK_FILL
 
 
 def transforms_on(model) -> list[str]:

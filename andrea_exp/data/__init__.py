@@ -4,5 +4,5 @@ file, a token corpus), the reference losses measured from the data, and the comm
 Owns: sources (the loaders and batches), references (unigram / bigram losses), prepare (text -> token files:
 `python -m andrea_exp.prepare`, `andrea-exp-prepare`), corpora (`python -m andrea_exp.corpora`).
 
-May import: config, runs.
+May import: config.
 """

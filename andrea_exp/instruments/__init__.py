@@ -4,5 +4,5 @@ a fixed held-out batch, held-out evaluation, attention maps, and the training ba
 Owns: metrics, probe, evaluate, maps, attn_stats (the every-step statistics' rows and cadence; the statistics
 themselves are computed in the forward by model.step_stats).
 
-May import: config, runs, data, model.
+May import: config, runs, model.
 """

@@ -1,7 +1,8 @@
 """Starting runs (conf/hydra/*): the console entry point (the Hydra app), the sweep's callback and its table,
 one GPU per parallel cell, a private CUDA MPS daemon, and workers that end when their launcher has gone.
 
-Owns: cli (`andrea-exp`, `python -m andrea_exp`), sweep (SweepSummary), devices, mps (MpsCallback), orphans.
+Owns: startup (what a Ctrl-C does while the command starts), cli (`andrea-exp`, `python -m andrea_exp`),
+sweep (SweepSummary), devices, mps (MpsCallback), orphans.
 
-May import: config, runs, data, model, instruments, training.
+May import: config, runs, training.
 """

@@ -19,11 +19,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from andrea_exp.__main__ import interrupted_at_start_up
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
 from andrea_exp.launch import devices, local_workers, orphans, slurm_job, sweep
+from andrea_exp.launch.startup import interrupted_at_start_up
 from andrea_exp.runs import run_guard, table, tracking
 from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import read_summary, write_summary

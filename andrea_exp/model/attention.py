@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from andrea_exp.config.choices import SDPA_BACKEND_NAMES
-from andrea_exp.config.variants import (  # noqa: F401  (FUSED_MAX_HEAD_DIM, prefer_fused: re-exported API)
-    FUSED_MAX_HEAD_DIM,
+from andrea_exp.config.variants import (  # noqa: F401  (SDPA_MAX_HEAD_DIM, prefer_fused: re-exported API)
+    SDPA_MAX_HEAD_DIM,
     normalize_mask_fill,
     prefer_fused,
     scale_factor,

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from andrea_exp.model.stat_rows import FUSED_MAX_HEAD_DIM, N_STATS, fused_pass_supports
+from andrea_exp.model.stat_rows import N_STATS, STATS_PASS_MAX_HEAD_DIM, fused_pass_supports
 from andrea_exp.model.step_stats_kernel import (
     LOG2E,
     N_PARTIALS,
@@ -102,8 +102,9 @@ def attention_with_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enab
     (B, T, H, d), lse (B, H, T) float32, statistics (N_STATS, H) float32, undefined unless enabled[0] != 0).
     Two launches, no host sync."""
     if not fused_pass_supports(q, k, v):
-        raise ValueError(f"attention_with_stats takes bf16 / fp16 CUDA q, k, v of one shape, d <= {FUSED_MAX_HEAD_DIM} "
-                         f"and a multiple of 8; got {q.dtype} {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"attention_with_stats takes bf16 / fp16 CUDA q, k, v of one shape, "
+                         f"d <= {STATS_PASS_MAX_HEAD_DIM} and a multiple of 8; "
+                         f"got {q.dtype} {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if not scale > 0:  # the row's max is taken on q.k before scaling (see step_stats_kernel's docstring)
         raise ValueError(f"scale must be positive; got {scale!r}")
     B, H, T, D = q.shape

@@ -9,10 +9,10 @@ import math
 
 import torch
 
-from andrea_exp.model.stat_rows import (  # noqa: F401  (STATS, FUSED_MAX_HEAD_DIM re-exported)
-    FUSED_MAX_HEAD_DIM,
+from andrea_exp.model.stat_rows import (  # noqa: F401  (STATS, STATS_PASS_MAX_HEAD_DIM re-exported)
     N_STATS,
     STATS,
+    STATS_PASS_MAX_HEAD_DIM,
     fused_pass_supports,
     kept_rows,
 )

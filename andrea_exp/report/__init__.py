@@ -7,7 +7,7 @@ C1-C9 (experiments/CLAIMS.md), one module each with its statements (decided by v
 effect sizes) and their evidence, static.py the parts that need no training; lr.py adds the
 learning-rate sensitivity; markdown.py writes DIR/report.md, figures.py DIR/figures/*.png.
 
-May import: config, runs, data, model, instruments, training.
+May import: config, runs, data, model, instruments.
 """
 
 from pathlib import Path

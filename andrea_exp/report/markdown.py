@@ -30,7 +30,7 @@ from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import Cells, Statement
 from andrea_exp.runs import metric_keys as mk
-from andrea_exp.training.runfacts import code_sha, git_facts
+from andrea_exp.runs.code_facts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
 

@@ -2,10 +2,11 @@
 the tracking sinks, whether a command may train into a directory, and runs read back as data.
 
 Owns: rundir (metrics.jsonl, summary.json, the W&B id, Hydra's recorded overrides), metric_keys (every logged
-key), naming (group, run name, tags), tracking (metrics.jsonl and W&B, one interface), run_guard, reader (the
-one reader of run directories into `Run`s, behind both frame and the report), frame (runs as a DataFrame;
-`from andrea_exp import runs; runs.load(...)` and `andrea-exp-runs` still work), workspace (a W&B workspace for
-a sweep), docs (README's metrics section from the registry).
+key), naming (group, run name, tags), tracking (metrics.jsonl and W&B, one interface), run_guard, code_facts
+(the git commit and the source's fingerprint), reader (the one reader of run directories into `Run`s, behind
+both frame and the report), frame (runs as a DataFrame; `from andrea_exp import runs; runs.load(...)` and
+`andrea-exp-runs` still work), workspace (a W&B workspace for a sweep), docs (README's metrics section from the
+registry).
 
 May import: config.
 """
