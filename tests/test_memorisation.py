@@ -11,7 +11,8 @@ from andrea_exp.report.claims import c4, c5
 from andrea_exp.report.effects import HOLDS, NOT_MEASURED, Effect, Place
 from andrea_exp.report.memorisation import MEMORISED, is_memorised, memorisation, without_memorised
 from andrea_exp.report.repeats import data_warnings, epochs_text
-from andrea_exp.report.set_aside import SetAside, verdict_with_aside
+from andrea_exp.report.set_aside import SetAside
+from andrea_exp.report.verdicts import verdict_with_aside
 from andrea_exp.runs import metric_keys as mk
 
 SE = 0.02

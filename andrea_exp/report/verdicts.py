@@ -40,7 +40,7 @@ from andrea_exp.report.effects import (
 )
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import distinct_cells
-from andrea_exp.report.set_aside import verdict_with_aside
+from andrea_exp.report.set_aside import SetAside
 from andrea_exp.report.stats import sort_key
 
 CONDITIONAL = "holds where"
@@ -244,3 +244,24 @@ def pick(places: list[Place], **want) -> Place | None:
         if all(str(p.where.get(k)) == str(v) for k, v in want.items()) and p.where.get("d_k") in (top, None):
             return p
     return places[-1] if places else None
+
+
+def verdict_with_aside(places: list[Place]) -> tuple[str, str] | None:
+    """(verdict, condition) of the places with the set-aside ones named; None when none is set aside (the
+    statement's own verdict stands)."""
+    aside = [p for p in places if isinstance(p, SetAside)]
+    if not aside:
+        return None
+    rest = [p for p in places if not isinstance(p, SetAside)]
+    reasons: dict[str, list[SetAside]] = {}
+    for p in aside:
+        reasons.setdefault(p.reason, []).append(p)
+    named = "; ".join(f"{reason} at {compact(group)}" for reason, group in reasons.items())
+    verdict, condition = summarise(rest)
+    if verdict == NOT_MEASURED:  # no other place measured: the set-aside places say what there is to say
+        alone = {p.alone or p.reason for p in aside}
+        return (alone.pop() if len(alone) == 1 else NOT_MEASURED), named + unmeasured_text(rest)
+    if verdict == HOLDS:
+        return CONDITIONAL, f"{compact([p for p in rest if p.decision != NOT_MEASURED])}; {named}" + \
+            unmeasured_text(rest)
+    return verdict, f"{condition}; {named}"
