@@ -173,6 +173,19 @@ def assert_stopped_cleanly(sweep_dir: Path, cell: str) -> None:
     assert checkpoint.load(sweep_dir / cell / "checkpoints")["step"] == summary["run/steps"]
 
 
+def signal_local_sweep_group(tmp_path, signum, cells: str, **start):
+    """Signal a local sweep's whole process group; assert that no worker outlives it, that it exits 128 +
+    signal and that cells 0 and 1 stopped cleanly; return the sweep dir and its log."""
+    proc, sweep_dir = start_local_sweep(tmp_path, cells, **start)
+    os.killpg(proc.pid, signum)
+    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
+    log = (tmp_path / "sweep.log").read_text()
+    assert proc.returncode == 128 + signum, log[-3000:]
+    for cell in ("0", "1"):
+        assert_stopped_cleanly(sweep_dir, cell)
+    return sweep_dir, log
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the process session with Linux ps")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no_process(tmp_path, signum):
@@ -180,13 +193,7 @@ def test_a_signal_to_a_local_sweeps_group_stops_every_cell_cleanly_and_leaves_no
     process group: each running cell stops with a checkpoint and an `interrupted` summary, the cell not yet
     started is recorded as interrupted at step 0, the sweep prints its table and exits 128 + signal, and no
     worker is left waiting for loky's 300 s idle timeout."""
-    proc, sweep_dir = start_local_sweep(tmp_path, "8,16,32")
-    os.killpg(proc.pid, signum)
-    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
-    log = (tmp_path / "sweep.log").read_text()
-    assert proc.returncode == 128 + signum, log[-3000:]
-    for cell in ("0", "1"):
-        assert_stopped_cleanly(sweep_dir, cell)
+    sweep_dir, log = signal_local_sweep_group(tmp_path, signum, "8,16,32")
     late = json.loads((sweep_dir / "2" / "summary.json").read_text())
     assert late["run/status"] == "interrupted" and late["run/steps"] == 0
     assert late["run/error"] == f"not started: the sweep was stopped by {signal.Signals(signum).name}"
@@ -202,13 +209,7 @@ def test_a_signal_to_the_group_reaches_idle_workers_too_and_the_sweep_still_ends
     """More worker slots than cells (`cells_per_gpu=4` over two cells, as on a GPU machine with a small grid):
     the idle workers get the group's signal as well. They live on until the sweep ends, so joblib does not
     call its pool broken and kill the running cells before their checkpoints (TerminatedWorkerError)."""
-    proc, sweep_dir = start_local_sweep(tmp_path, "8,16", per_gpu=4)
-    os.killpg(proc.pid, signum)
-    assert wait_for_session_to_end(proc) == [], "worker processes outlived the sweep"
-    log = (tmp_path / "sweep.log").read_text()
-    assert proc.returncode == 128 + signum, log[-3000:]
-    for cell in ("0", "1"):
-        assert_stopped_cleanly(sweep_dir, cell)
+    sweep_dir, log = signal_local_sweep_group(tmp_path, signum, "8,16", per_gpu=4)
     assert "Traceback" not in log and "TerminatedWorkerError" not in log, log[-3000:]
     assert "2 cells, 0 failed" in log and log.count("resume it with: andrea-exp -m ") == 1
 
