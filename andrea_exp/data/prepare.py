@@ -374,11 +374,6 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def up_to_date(out: Path, settings: dict, inputs: list[dict]) -> bool:
-    """meta.json records these settings and inputs (sizes and hashes), and its files are all there whole."""
-    return difference(out, settings, inputs) is None
-
-
 def difference(out: Path, settings: dict, inputs: list[dict]) -> str | None:
     """How the preparation in `out` differs from these settings and inputs, in words; None when it is up to date."""
     try:
