@@ -13,8 +13,11 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def compose_cfg(overrides: list[str]):
+    """The run's settings as train() reads them: composed, then validated into their dataclasses."""
+    from andrea_exp.config.validation import validate
+
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return validate(compose(config_name="config", overrides=overrides))
 
 
 def build_cell(cfg):
@@ -33,7 +36,7 @@ def build_cell(cfg):
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
     model = build_model(cfg, data.vocab_size).to(rt.device)
     optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    stats = attn_stats.from_config(cfg, model)  # before the step: it adds buffers to the model
+    stats = attn_stats.from_config(cfg.train, model)  # before the step: it adds buffers to the model
     params = [p for p in model.parameters() if p.requires_grad]
     step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
     return rt, data, model, step, stats

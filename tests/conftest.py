@@ -158,3 +158,14 @@ def pytest_collection_modifyitems(config, items):
             why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter)
             if why:
                 item.add_marker(pytest.mark.skip(reason=why))
+
+
+def probe_settings(**changes):
+    """The shipped probe settings (conf/probe/default.yaml) with CHANGES, as the typed group Probe reads."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from andrea_exp.config.schema import ProbeSchema
+
+    return dataclasses.replace(ProbeSchema(**OmegaConf.load(CONF_DIR / "probe" / "default.yaml")), **changes)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from andrea_exp.config.choices import normalize_mask_fill, normalize_scale
+from andrea_exp.config.variants import normalize_mask_fill, normalize_scale
 from andrea_exp.model.attention import (
     absent_keys,
     attention,

@@ -372,20 +372,32 @@ def test_settings_default_off_and_bad_values_are_one_line():
 
 
 def test_the_pass_is_fused_at_every_step_and_separate_with_a_cadence():
-    from andrea_exp.config.choices import resolve_attn_stats_pass
-
     assert config().train.attn_stats_pass == "auto"
-    assert [resolve_attn_stats_pass("auto", every) for every in (1, 2, 10)] == ["fused", "separate", "separate"]
-    assert resolve_attn_stats_pass("fused", 10) == "fused" and resolve_attn_stats_pass("separate", 1) == "separate"
-    with pytest.raises(ValueError, match="train.attn_stats_pass must be one of auto, fused, separate; got 'x'"):
-        resolve_attn_stats_pass("x", 1)
+    passes = {(asked, every): validate(config("train.attn_stats=every", f"train.attn_stats_pass={asked}",
+                                              f"train.attn_stats_every={every}")).train.stats_pass
+              for asked in ("auto", "fused", "separate") for every in (1, 2, 10)}
+    assert [passes["auto", every] for every in (1, 2, 10)] == ["fused", "separate", "separate"]
+    assert passes["fused", 10] == "fused" and passes["separate", 1] == "separate"
     for every in (1, 3):  # off CUDA no layer takes the fused pass, whatever was asked
-        cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
+        settings = validate(config("train.attn_stats=every", f"train.attn_stats_every={every}"))
         model = tiny_model()
-        stats = attn_stats.from_config(cfg, model)
+        stats = attn_stats.from_config(settings.train, model)
         assert stats.every == every
         assert all(block.attn.fused_stats is False for block in model.blocks)  # a CPU model: the separate pass
         assert all(block.attn.cudnn_stats_backward is False for block in model.blocks)
+
+
+@pytest.mark.parametrize("typed, read", [("off", "off"), ('"off"', "off"), ("false", "off"), ("every", "every"),
+                                         ("on", "every"), ("true", "every")])
+def test_a_bare_or_quoted_yaml_value_reads_the_same(tmp_path, typed, read):
+    """YAML reads a bare off as false and on as true: the settings hold every | off however it was written."""
+    from omegaconf import OmegaConf
+
+    cfg = config()
+    cfg.train = OmegaConf.merge(cfg.train, OmegaConf.create(f"attn_stats: {typed}\n"))
+    assert validate(cfg).train.attn_stats == read
+    model = tiny_model()
+    assert (attn_stats.from_config(validate(cfg).train, model) is attn_stats.OFF) == (read == "off")
 
 
 def read_rows(run_dir: Path) -> list[dict]:
@@ -397,7 +409,7 @@ def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
     from andrea_exp.training.loop import train
 
     cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
-    train(cfg, tmp_path)
+    train(validate(cfg), tmp_path)
     rows = [r for r in read_rows(tmp_path) if K.TRAIN_LOSS in r]
     assert [r["step"] for r in rows] == list(range(6))
     logged = [r["step"] for r in rows if K.ATTN_STEP_ENTROPY in r]
@@ -413,7 +425,7 @@ def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
 def test_the_loop_logs_no_statistics_when_off(tmp_path):
     from andrea_exp.training.loop import train
 
-    train(config(), tmp_path)
+    train(validate(config()), tmp_path)
     assert not any(key.startswith("attn_step/") for r in read_rows(tmp_path) for key in r)
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import andrea_exp.config.data_checks as checks_module
 from andrea_exp.config.data_checks import check_data
-from andrea_exp.config.validation import ConfigError
+from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.data.sources import Dataset, MarkovSource, Split, build_dataset, floor_standard_error
 from andrea_exp.instruments.evaluate import evaluate
 
@@ -495,7 +495,7 @@ def test_briefly_trained_causal_model_stays_above_the_floor(tmp_path):
     overrides = ["train.max_steps=100", "train.batch_size=16", "probe.every=0", "logger.mode=disabled",
                  "train.eval_every=0", "train.sample_tokens=4", "data.train_sequences=2000"]
     cfg = compose_config(*overrides)
-    summary = train(cfg, tmp_path)
+    summary = train(validate(cfg), tmp_path)
     assert summary["run/status"] == "finished" and summary["run/steps"] == 100
     loss, floor = summary["eval/loss_as_trained"], summary["eval/floor"]
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
@@ -515,10 +515,10 @@ def test_floor_standard_error_of_two_sequences_and_of_one_target_each():
 
 
 def test_context_count_limit_is_two_million():
-    with pytest.raises(ValueError, match=r"^data.vocab_size \*\* data.order must be at most 2e6 contexts; "
+    with pytest.raises(ValueError, match=r"^data.vocab_size \*\* data.order must be at most 2,000,000 contexts; "
                                          r"got 1415\*\*2$"):
         MarkovSource(vocab_size=1415, order=2, branching=2, concentration=1.0, table_seed=0)  # 2,002,225
-    with pytest.raises(ValueError, match="at most 2e6"):
+    with pytest.raises(ValueError, match="at most 2,000,000"):
         MarkovSource(vocab_size=2_000_001, order=1, branching=2, concentration=1.0, table_seed=0)
     source = MarkovSource(vocab_size=2_000_000, order=1, branching=2, concentration=1.0, table_seed=0)  # the limit
     assert source.successors.shape == (2_000_000, 2)

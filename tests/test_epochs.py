@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import compose_config, tiny
 
+from andrea_exp.config.validation import validate
 from andrea_exp.data.epochs import epochs, repeat_line, repeats
 from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments.evaluate import sequence_losses
@@ -59,7 +60,7 @@ def _records(run_dir):
 def test_a_run_records_its_epochs_and_warns_at_its_start_when_it_repeats(tmp_path, capsys, steps, warned):
     cfg = compose_config(*tiny(f"train.max_steps={steps}", "train.eval_every=4", "train.device=cpu",
                                "train.sample_tokens=2"))
-    summary = train(cfg, tmp_path)
+    summary = train(validate(cfg), tmp_path)
     out = capsys.readouterr().out
     assert summary[K.DATA_TRAIN_TOKENS] == TRAIN_TOKENS
     assert summary[K.DATA_EPOCHS] == pytest.approx(steps * PER_STEP / TRAIN_TOKENS)
@@ -75,7 +76,7 @@ def test_a_run_records_its_epochs_and_warns_at_its_start_when_it_repeats(tmp_pat
 def test_every_evaluation_logs_the_training_split_loss_beside_the_held_out_one(tmp_path):
     cfg = compose_config(*tiny("train.max_steps=8", "train.eval_every=4", "train.device=cpu",
                                "train.sample_tokens=2"))
-    train(cfg, tmp_path)
+    train(validate(cfg), tmp_path)
     evals = [r for r in _records(tmp_path) if K.EVAL_LOSS_AS_TRAINED in r]
     assert [r["step"] for r in evals] == [0, 4, 8]  # evaluation at step 0 too
     assert all(K.EVAL_LOSS_TRAIN_SPLIT in r and math.isfinite(r[K.EVAL_LOSS_TRAIN_SPLIT]) for r in evals)

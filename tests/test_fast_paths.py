@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from andrea_exp.config.validation import validate
 from andrea_exp.instruments.probe import Probe
 from andrea_exp.model.chunked_loss import linear_cross_entropy
 from andrea_exp.model.decoder import Andrea, ModelConfig
@@ -255,7 +256,7 @@ def test_benchmark_step_reproduces_train_losses(tmp_path: Path):
                  "logger.mode=disabled", "train.progress=false", "data.train_sequences=64", "data.eval_sequences=8"]
     cfg = compose_cfg(overrides)
     (tmp_path / "train").mkdir()
-    train(cfg, tmp_path / "train")
+    train(validate(cfg), tmp_path / "train")
     logged = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
     by_step = {r["step"]: r["train/loss"] for r in logged if "train/loss" in r}
     run = AndreaRun(compose_cfg(overrides), tmp_path / "bench")

@@ -1,5 +1,6 @@
 """The probe: its gradients against an independent computation, and that it never changes training."""
 
+import dataclasses
 import json
 import math
 import os
@@ -9,13 +10,13 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
+from conftest import CONF_DIR, probe_settings, tiny
 
 from andrea_exp.instruments.probe import ATTN_STATS, Probe
 from andrea_exp.model.decoder import Andrea, ModelConfig
 from andrea_exp.runs import metric_keys as mk
 
-PROBE_CFG = OmegaConf.create({"every": 1, "batch_size": 4, "maps_every": 0, "maps_heads": 2, "per_head": False})
+PROBE_CFG = probe_settings(every=1, batch_size=4, maps_every=0, maps_heads=2, per_head=False)
 
 
 def tiny_model(**overrides) -> Andrea:
@@ -103,7 +104,7 @@ def test_gradients_match_an_independent_computation(causal, tmp_path):
 def test_layer_and_global_values_are_means_of_heads_and_layers(tmp_path):
     torch.manual_seed(0)
     model = tiny_model(n_layer=3, n_head=3)
-    cfg = OmegaConf.merge(PROBE_CFG, {"per_head": True})
+    cfg = dataclasses.replace(PROBE_CFG, per_head=True)
     got = Probe(model, probe_batch(), cfg, tmp_path).measure(0)
     for stat in ATTN_STATS:
         layer_values = []
@@ -208,7 +209,7 @@ def test_row_gradient_statistics_match_an_independent_computation(causal, tmp_pa
     assert rows[0].numel() == 4 * 2 * (11 if causal else 12)
     ranked = rows[0].sort().values
     dead = float(ranked[29] + ranked[30]) / 2  # between two order statistics: 30 rows of layer 0 below it
-    got = Probe(model, tokens, OmegaConf.merge(PROBE_CFG, {"dead_grad": dead}), tmp_path).measure(0)
+    got = Probe(model, tokens, dataclasses.replace(PROBE_CFG, dead_grad=dead), tmp_path).measure(0)
 
     for li in range(2):
         for key, want in expected_row_stats(rows[li], dead).items():
@@ -317,20 +318,24 @@ def test_dead_thresholds_are_read_from_the_probe_settings(tmp_path):
     model, tokens = tiny_model(), probe_batch()
     default = Probe(model, tokens, PROBE_CFG, tmp_path).measure(0)
     assert default[mk.ATTN_JAC_DEAD_FRAC] == 0.0 and default[mk.GRAD_SCORES_DEAD_FRAC] < 0.5
-    cfg = OmegaConf.merge(PROBE_CFG, {"dead_jac": 1.0, "dead_grad": 1e3})  # every row is below both
+    cfg = dataclasses.replace(PROBE_CFG, dead_jac=1.0, dead_grad=1e3)  # every row is below both
     got = Probe(model, tokens, cfg, tmp_path).measure(0)
     assert got[mk.ATTN_JAC_DEAD_FRAC] == 1.0 and got[mk.GRAD_SCORES_DEAD_FRAC] == 1.0
     assert got["attn/L1/jac_dead_frac"] == 1.0 and got["grad/L0/scores_dead_frac"] == 1.0
 
 
-def test_bad_probe_settings_are_named(tmp_path):
-    with pytest.raises(ValueError, match="probe.maps_heads"):
-        Probe(tiny_model(), probe_batch(), OmegaConf.merge(PROBE_CFG, {"maps_heads": 0}), tmp_path)
-    with pytest.raises(ValueError, match="probe.per_head"):
-        Probe(tiny_model(), probe_batch(), OmegaConf.merge(PROBE_CFG, {"per_head": "yes"}), tmp_path)
-    for name, bad in (("dead_jac", 0), ("dead_jac", "x"), ("dead_grad", -1e-6), ("dead_grad", True)):
-        with pytest.raises(ValueError, match=f"probe.{name}"):
-            Probe(tiny_model(), probe_batch(), OmegaConf.merge(PROBE_CFG, {name: bad}), tmp_path)
+@pytest.mark.parametrize("override, line", [
+    ("probe.maps_heads=0", "probe.maps_heads must be an integer >= 1; got 0"),
+    ("probe.per_head=maybe", "probe.per_head must be one of True, False; got 'maybe'"),
+    ("probe.dead_jac=0", "probe.dead_jac must be a finite number > 0; got 0.0"),
+    ("probe.dead_jac=x", "probe.dead_jac must be a finite number > 0; got 'x'"),
+    ("probe.dead_grad=-1e-6", "probe.dead_grad must be a finite number > 0; got -1e-06"),
+])
+def test_bad_probe_settings_are_named_once_before_the_run(override, line):
+    """The probe reads its settings as validated: a bad one is the command line's one line, before any run."""
+    from andrea_exp.config.validation import command_line_error
+
+    assert command_line_error([*tiny(), override], CONF_DIR) == line
 
 
 def run_cli(run_dir, *overrides):

@@ -18,6 +18,7 @@ import pytest
 import torch
 from conftest import compose_config, tiny
 
+from andrea_exp.config.validation import validate
 from andrea_exp.training import checkpoint
 
 # small and quick on a 2-core CPU; log_every does not divide ckpt_every, so windows are cut at checkpoints
@@ -264,7 +265,7 @@ def dropout_unbroken(tmp_path_factory) -> dict[int, float]:
     from andrea_exp.training.loop import train
 
     run_dir = tmp_path_factory.mktemp("dropout-unbroken")
-    train(dropout_config(), run_dir)
+    train(validate(dropout_config()), run_dir)
     return train_losses(run_dir)
 
 
@@ -284,10 +285,10 @@ def crash_then_resume(run_dir: Path, monkeypatch) -> dict[int, float]:
     with monkeypatch.context() as patch:
         patch.setattr(checkpoint, "save", save_then_crash)
         with pytest.raises(Crash):
-            train(dropout_config(), run_dir)
+            train(validate(dropout_config()), run_dir)
     assert max(train_losses(run_dir)) == CRASH_AT - 1
     torch.manual_seed(12345)  # the resumed process starts from other random streams than the crashed one had
-    train(dropout_config("train.resume=true"), run_dir)
+    train(validate(dropout_config("train.resume=true")), run_dir)
     return train_losses(run_dir)
 
 

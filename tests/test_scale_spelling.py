@@ -1,5 +1,5 @@
 """model.scale typed as true or sqrt (false or none) is one value in summaries, the runs table, names and
-checkpoints: choices.canonical_scale spells it sqrt / none / inv."""
+checkpoints: variants.canonical_scale spells it sqrt / none / inv."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from andrea_exp.config.choices import canonical_scale
+from andrea_exp.config.variants import canonical_scale
 from andrea_exp.runs import frame as runs
 from andrea_exp.runs import rundir
 from andrea_exp.runs.naming import run_name, split_override

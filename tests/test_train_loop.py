@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, tiny
-from omegaconf import OmegaConf
+from conftest import compose_config, probe_settings, tiny
 
-from andrea_exp.config.validation import ConfigError
+from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.runs.code_facts import code_sha, git_facts
 from andrea_exp.training import checkpoint
@@ -35,12 +34,12 @@ def config(*overrides: str):
 
 
 def due_steps(cadence: dict, until: int = 40) -> list[int]:
-    return [s for s in range(until) if probe_due(s, cadence)]
+    return [s for s in range(until) if probe_due(s, probe_settings(**{"dense_until": 0, "dense_every": 0, **cadence}))]
 
 
 def test_probe_cadence_without_dense_keys_is_every():
     assert due_steps({"every": 10}) == [0, 10, 20, 30]
-    assert due_steps(OmegaConf.create({"every": 15})) == [0, 15, 30]  # a DictConfig reads the same
+    assert due_steps({"every": 15}) == [0, 15, 30]
 
 
 def test_probe_every_zero_is_off_even_with_a_dense_start():
@@ -181,8 +180,8 @@ def test_fp16_is_refused_in_one_line():
 def test_bf16_autocast_on_cpu_trains_and_differs_from_fp32(tmp_path):
     for name in ("fp32", "bf16"):
         (tmp_path / name).mkdir()
-    fp32 = train(config("train.precision=fp32"), tmp_path / "fp32")
-    bf16 = train(config("train.precision=bf16"), tmp_path / "bf16")
+    fp32 = train(validate(config("train.precision=fp32")), tmp_path / "fp32")
+    bf16 = train(validate(config("train.precision=bf16")), tmp_path / "bf16")
     assert fp32[K.RUN_STATUS] == bf16[K.RUN_STATUS] == "finished" and bf16[K.RUN_STEPS] == 4
     assert math.isfinite(bf16[K.TRAIN_LOSS]) and math.isfinite(bf16[K.EVAL_LOSS_AS_TRAINED])
     assert bf16[K.TRAIN_LOSS] != fp32[K.TRAIN_LOSS]  # autocast took effect: bfloat16 matmuls round differently
@@ -235,7 +234,7 @@ def test_code_sha_names_the_source_whatever_git_says(tmp_path):
 def test_the_summary_says_where_the_loop_time_went(tmp_path):
     """Probes at steps 0 and 2, evaluations at 2, a checkpoint every 2: each phase took time, and the steps plus
     the phases inside the loop make up the loop's wall time."""
-    summary = train(config("probe.every=2", "probe.maps_every=0", "train.eval_every=2", "train.ckpt_every=2"),
+    summary = train(validate(config("probe.every=2", "probe.maps_every=0", "train.eval_every=2", "train.ckpt_every=2")),
                     tmp_path)
     t = {phase: summary[key] for phase, key in K.RUN_TIME.items()}
     assert all(t[p] > 0 for p in ("setup", "steps", "probes", "evals", "checkpoints", "end")), t
@@ -250,8 +249,8 @@ def test_the_summary_says_where_the_loop_time_went(tmp_path):
 def test_evaluation_starts_at_step_0_and_the_last_step_has_an_attention_map(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    summary = train(config("train.max_steps=3", "train.eval_every=2", "probe.every=2", "probe.maps_every=100"),
-                    run_dir)
+    cfg = config("train.max_steps=3", "train.eval_every=2", "probe.every=2", "probe.maps_every=100")
+    summary = train(validate(cfg), run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r[K.EVAL_LOSS_AS_TRAINED]) for r in records if K.EVAL_LOSS_AS_TRAINED in r]
     assert [step for step, _ in evals] == [0, 2, 3]  # before training, on the cadence, at the end

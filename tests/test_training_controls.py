@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, tiny
+from conftest import compose_config, probe_settings, tiny
 
+from andrea_exp.config.validation import validate
 from andrea_exp.runs.rundir import read_metrics
 from andrea_exp.training.loop import train
 
@@ -27,7 +28,7 @@ def run(tmp_path: Path, *overrides: str) -> tuple[dict[int, dict], Path]:
     cfg = compose_config(*TINY, *overrides)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    summary = train(cfg, run_dir)
+    summary = train(validate(cfg), run_dir)
     assert summary["run/status"] == "finished"
     by_step: dict[int, dict] = {}
     for record in read_metrics(run_dir):
@@ -124,7 +125,8 @@ def test_tokens_count_every_sequence_of_every_step(tmp_path):
 def due(cadence: dict, until: int = 40) -> list[int]:
     from andrea_exp.training.loop import probe_due
 
-    return [s for s in range(until) if probe_due(s, cadence)]
+    return [s for s in range(until) if probe_due(s, probe_settings(**{"every": 0, "dense_until": 0, "dense_every": 0,
+                                                                      **cadence}))]
 
 
 def test_no_probe_settings_means_no_probes():

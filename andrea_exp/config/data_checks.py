@@ -19,9 +19,17 @@ TOKEN_FILES = ("train.bin", "val.bin")
 TOKEN_META = "meta.json"  # written by andrea_exp.data.prepare beside the token files: tokenizer and vocabulary size
 DEFAULT_TOKEN_VOCAB = 50257  # data=tokens' vocabulary without data.vocab_size or meta.json: GPT-2's BPE
 # the rule for "a binary file given as text", applied to the file's first BINARY_SAMPLE bytes
+MARKOV_MAX_CONTEXTS = 2_000_000  # data=markov's table: vocab_size ** order contexts, a row each
 BINARY_SAMPLE = 1 << 20
 MAX_NUL_FRACTION = 0.01  # text has no NUL bytes; more than 1% of them means a binary file
 MAX_INVALID_UTF8_FRACTION = 0.05  # more than 5% of bytes outside valid UTF-8 means not text
+
+
+def check_markov_contexts(vocab_size: int, order: int) -> None:
+    """data=markov's table fits: at most MARKOV_MAX_CONTEXTS contexts (ConfigError otherwise, a ValueError)."""
+    if vocab_size ** order > MARKOV_MAX_CONTEXTS:
+        raise ConfigError(f"data.vocab_size ** data.order must be at most {MARKOV_MAX_CONTEXTS:,} contexts; "
+                          f"got {vocab_size}**{order}")
 
 
 def open_tokens(file: Path) -> np.ndarray:
@@ -56,10 +64,10 @@ def token_meta(root: Path) -> dict | None:
 
 def token_vocab_size(cfg_data) -> int:
     """data=tokens' vocabulary: data.vocab_size when set, else the vocab_size of data.path/meta.json, else 50257."""
-    vocab = cfg_data.get("vocab_size")
+    vocab = cfg_data.vocab_size
     if vocab is not None:
         return vocab
-    meta = token_meta(Path(str(cfg_data.get("path"))).expanduser())
+    meta = token_meta(Path(str(cfg_data.path)).expanduser())
     return DEFAULT_TOKEN_VOCAB if meta is None else meta["vocab_size"]
 
 
@@ -78,12 +86,12 @@ def check_data(cfg_data, seq_len: int) -> None:
     any expensive work. A text file is refused as binary when, in its first 1 MiB, more than 1% of the
     bytes are NUL or more than 5% are not part of valid UTF-8.
     """
-    name = cfg_data.get("name")
+    name = cfg_data.name
     if name == "markov":
         return
     if name not in ("text", "tokens"):
         raise ConfigError(f"data must be markov, text or tokens; got {name!r}")
-    path = None if _is_missing(cfg_data, "path") else cfg_data.get("path")
+    path = None if _is_missing(cfg_data, "path") else cfg_data.path
     kind = "a text file" if name == "text" else "a directory holding train.bin and val.bin"
     if path in (None, "", "???"):
         raise ConfigError(f"data.path must name {kind} when data={name}; got nothing")
@@ -97,7 +105,7 @@ def check_data(cfg_data, seq_len: int) -> None:
 
 
 def _is_missing(cfg, key: str) -> bool:
-    """OmegaConf's `???` test, tolerant of a plain dict."""
+    """OmegaConf's `???` test, tolerant of the typed group."""
     from omegaconf import DictConfig, OmegaConf
 
     return isinstance(cfg, DictConfig) and OmegaConf.is_missing(cfg, key)
@@ -198,7 +206,7 @@ def _check_token_dir(root: Path, cfg_data, seq_len: int) -> None:
                               "andrea_exp.prepare writes them)")
         heads[file] = np.frombuffer(head, dtype=TOKEN_DTYPE, count=len(head) // TOKEN_DTYPE.itemsize)
     held_file = root / "val.bin"
-    held = held_out_token_windows(held_file, seq_len, int(cfg_data.get("eval_sequences", 1)))
+    held = held_out_token_windows(held_file, seq_len, cfg_data.eval_sequences)
     too_large_id(held, vocab, held_file, "its held-out windows")
     for file, first in heads.items():  # the start of train.bin, which the held-out windows do not see
         too_large_id(first, vocab, file, f"its first {first.size} tokens")

@@ -17,17 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, ListConfig
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
-from andrea_exp.config.choices import (
-    ATTN_STATS_PASSES,
-    LOSS_IMPLS,
-    QK_INITS,
-    SDPA_BACKEND_NAMES,
-    normalize_attn_stats,
-)
+from andrea_exp.config import variants
 from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: raised by the rules below)
-from andrea_exp.config.variants import ATTN_IMPLS, QK_LAYERNORM, check_variant, normalize_mask_fill, normalize_scale
+from andrea_exp.config.variants import (
+    ATTN_IMPLS,
+    QK_INITS,
+    QK_LAYERNORM,
+    SDPA_BACKEND_NAMES,
+    check_variant,
+    normalize_mask_fill,
+    normalize_scale,
+)
 
 
 def find_conf_dir(package_dir: Path) -> Path:
@@ -46,6 +48,19 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 PROGRESS = ("auto", True, False)
 BOOLS = (True, False)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+LOSS_IMPLS = ("chunked", "plain")
+ATTN_STATS_CHOICES = ("every", "off")  # `train.attn_stats`
+ATTN_STATS_PASSES = ("auto", "fused", "separate")  # `train.attn_stats_pass`
+
+
+def normalize_attn_stats(value) -> str:
+    """`train.attn_stats` as every | off, however YAML read it: a bare `off` is false and `on` true there, so
+    `attn_stats: off` and `attn_stats: "off"` mean the same."""
+    if isinstance(value, bool):
+        return "every" if value else "off"
+    if value not in ATTN_STATS_CHOICES:
+        raise ValueError(f"train.attn_stats must be one of {', '.join(ATTN_STATS_CHOICES)}; got {value!r}")
+    return value
 
 
 # ------------------------------------------------------------------ rules: each says what is allowed in one line
@@ -191,6 +206,17 @@ class ModelSchema:
         check_group(self, "model")
         check_variant(self)
 
+    # derived from the fields above (variants.py holds the rules), so every reader takes the same value
+    @property
+    def attn_path(self) -> str:
+        """`attn_impl` resolved: fused | explicit | bilinear (variants.resolve_attn_impl)."""
+        return variants.resolve_attn_impl(self)
+
+    @property
+    def scale_factor(self) -> float:
+        """The multiplier applied to q.k: 1/sqrt(d_k), 1 or 1/d_k (variants.scale_factor)."""
+        return variants.scale_factor(self.scale, self.d_k)
+
 
 @dataclass
 class DataSchema:
@@ -226,13 +252,14 @@ class TrainSchema:
     overwrite: bool = setting(Choice(BOOLS), operational=True)  # train over a run already in the directory
     compile: bool = setting(Choice(BOOLS), operational=True)
     compile_mode: str = setting(Choice(COMPILE_MODES), operational=True)
-    cuda_graph: Any = setting(Choice(("auto", True, False)), operational=True)  # speed only: same results
+    cuda_graph: Any = setting(Choice(("auto", True, False), shown=("auto", "true", "false")),
+                              operational=True)  # speed only: same results
     # the training batch's attention statistics (instruments.attn_stats): read from the forward's own q and k
     attn_stats: Any = setting(Normalized(normalize_attn_stats), operational=True)  # every | off
     attn_stats_every: int = setting(Integer(1), operational=True)
     # fused: in one pass with the attention's forward where the kernel takes it (same results to rounding, as
     # compile); separate: the forward untouched (bitwise), a second pass over q k^T; auto: fused at every step,
-    # separate with a cadence (choices.resolve_attn_stats_pass)
+    # separate with a cadence (stats_pass below)
     attn_stats_pass: str = setting(Choice(ATTN_STATS_PASSES), operational=True)
     attn_stats_per_head: bool = setting(Choice(BOOLS), operational=True)
     device: str = setting(Device(), operational=True)
@@ -244,6 +271,20 @@ class TrainSchema:
     generation_sequences: int | None = setting(Integer(1), operational=True, optional=True)
     progress: Any = setting(Choice(PROGRESS), operational=True)
     progress_every: int = setting(Integer(0), operational=True)
+
+    def __post_init__(self) -> None:
+        if self.attn_stats != MISSING:  # Hydra's schema instance holds `???` until a yaml sets it
+            self.attn_stats = normalize_attn_stats(self.attn_stats)  # every | off, however it was typed
+
+    @property
+    def stats_pass(self) -> str:
+        """`attn_stats_pass` resolved: fused | separate. auto: fused at every step, separate with a cadence: on an
+        H200 at ANDREA-120M the fused pass costs 1.6% of throughput at every step and, since it replaces the
+        attention's forward on all steps, 1.3% at every 10th; the separate pass 3.0% at every step and a tenth of
+        that at every 10th (benchmarks/results/attn_stats_h200.json)."""
+        if self.attn_stats_pass == "auto":
+            return "fused" if self.attn_stats_every == 1 else "separate"
+        return self.attn_stats_pass
 
 
 @dataclass
@@ -286,6 +327,14 @@ class Config:
     # what the report does with the run: judge it (a cell), or read it as progress 1 on its data only
     report_role: str = setting(Choice(("judged", "reference")), operational=True)
 
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.batch_size * self.data.seq_len
+
+    def record(self) -> DictConfig:
+        """The settings as the config that records a run (W&B's config, a checkpoint's settings, the summary)."""
+        return OmegaConf.structured(self)
+
 
 ConfigStore.instance().store(name="base_config", node=Config)
 
@@ -293,24 +342,24 @@ ConfigStore.instance().store(name="base_config", node=Config)
 _OPERATIONAL_PREFIXES = ("hydra.", "launcher.")
 
 
-_GROUP_TYPES = {"model": ModelSchema, "data": DataSchema, "train": TrainSchema, "probe": ProbeSchema,
+GROUP_TYPES = {"model": ModelSchema, "data": DataSchema, "train": TrainSchema, "probe": ProbeSchema,
                 "logger": LoggerSchema}
 
 
 def settings() -> dict[str, dataclasses.Field]:
     """Every setting's dotted key and its schema field (groups first, then the top level)."""
     found = {}
-    for group, schema in _GROUP_TYPES.items():
+    for group, schema in GROUP_TYPES.items():
         for f in dataclasses.fields(schema):
             found[f"{group}.{f.name}"] = f
     for f in dataclasses.fields(Config):
-        if f.name not in _GROUP_TYPES:
+        if f.name not in GROUP_TYPES:
             found[f.name] = f
     return found
 
 
 SETTINGS: dict[str, dataclasses.Field] = settings()
-GROUPS: tuple[str, ...] = tuple(_GROUP_TYPES)
+GROUPS: tuple[str, ...] = tuple(GROUP_TYPES)
 SCIENTIFIC_KEYS: tuple[str, ...] = tuple(key for key, f in SETTINGS.items() if not f.metadata["operational"])
 
 
@@ -322,7 +371,7 @@ def is_scientific(dotted_key: str) -> bool:
     """
     if dotted_key.startswith(_OPERATIONAL_PREFIXES) or dotted_key in ("hydra", "launcher"):
         return False
-    if dotted_key in _GROUP_TYPES:  # a whole group: scientific when any of its settings is
+    if dotted_key in GROUP_TYPES:  # a whole group: scientific when any of its settings is
         return any(key.startswith(dotted_key + ".") for key in SCIENTIFIC_KEYS)
     f = SETTINGS.get(dotted_key)
     return f is None or not f.metadata["operational"]

@@ -13,10 +13,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp.config import schema
-from andrea_exp.config.choices import normalize_attn_stats
-from andrea_exp.config.data_checks import check_data, token_vocab_size
+from andrea_exp.config.data_checks import check_data, check_markov_contexts, token_vocab_size
 from andrea_exp.config.errors import ConfigError  # noqa: F401  (re-exported: the error every module raises)
-from andrea_exp.config.variants import check_variant, check_with_training
+from andrea_exp.config.variants import check_with_training
 
 _ABSENT = object()
 _WARMUP_DEFAULT_FILE = "train/default.yaml"
@@ -34,12 +33,19 @@ FP16_REFUSED = ("train.precision=fp16 is refused: float16 autocast needs loss sc
                 "do; use bf16 (same speed on Ampere and later GPUs) or fp32")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise ConfigError on the first bad setting: unknown keys, each field's rule, then rules across fields."""
+def validate(cfg: DictConfig) -> schema.Config:
+    """Raise ConfigError on the first bad setting: unknown keys, each field's rule, then rules across fields.
+    Returns the settings as their dataclasses (schema.Config), checked: what the run reads from then on."""
     _refuse_unknown_keys(cfg)
     schema.SETTINGS["data.name"].metadata["rule"].check("data.name", cfg_get(cfg, "data.name"))
     source = cfg.data.name
+    for key in schema.SETTINGS:
+        if key.startswith("model."):
+            cfg_get(cfg, key)  # set: ModelSchema checks the values itself, as a library caller's are
+    model = schema.ModelSchema(**_values(cfg.model))  # each field's rule and the variant's rules across fields
     for key, spec in schema.SETTINGS.items():
+        if key.startswith("model."):
+            continue
         sources = spec.metadata["sources"]
         if sources is not None:
             value = None if OmegaConf.is_missing(cfg, key) else OmegaConf.select(cfg, key)
@@ -53,10 +59,19 @@ def validate(cfg: DictConfig) -> None:
             spec.metadata["rule"].check(key, value)  # a source that reads it needs a value
         else:
             schema.check_value(key, spec, cfg_get(cfg, key))
-    _check_across_fields(cfg, source)
+    groups = {name: kind(**_values(cfg[name])) for name, kind in schema.GROUP_TYPES.items() if name != "model"}
+    top = {key: cfg[key] for key in schema.SETTINGS if "." not in key}
+    settings = schema.Config(model=model, **groups, **top)
+    _check_across_fields(settings, source)
+    return settings
 
 
-def _check_across_fields(cfg: DictConfig, source: str) -> None:
+def _values(node) -> dict:
+    """A group's values as plain Python (interpolations resolved), for its dataclass."""
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def _check_across_fields(cfg: schema.Config, source: str) -> None:
     if cfg.train.precision == "fp16":
         raise ConfigError(FP16_REFUSED)
     if cfg.data.train_sequences is not None and cfg.data.train_sequences < cfg.train.batch_size:
@@ -65,17 +80,32 @@ def _check_across_fields(cfg: DictConfig, source: str) -> None:
     if cfg.data.seq_len > cfg.model.block_size:
         raise ConfigError(f"data.seq_len ({cfg.data.seq_len}) must be <= model.block_size ({cfg.model.block_size})")
     _check_warmup(cfg.train)
-    check_variant(cfg.model)  # the attention variant's rules across its settings (ModelSchema checks them too)
-    check_with_training(cfg.model, normalize_attn_stats(cfg.train.attn_stats))
-    if source == "markov" and cfg.data.vocab_size ** cfg.data.order > 2_000_000:
-        raise ConfigError("data.vocab_size ** data.order must be at most 2,000,000 contexts; "
-                          f"got {cfg.data.vocab_size}**{cfg.data.order}")
+    check_with_training(cfg.model, cfg.train.attn_stats)
+    if source == "markov":
+        check_markov_contexts(cfg.data.vocab_size, cfg.data.order)
     if source in ("text", "tokens"):
         check_data(cfg.data, cfg.data.seq_len)
     vocab = cfg.model.vocab_size
     data_vocab = 256 if source == "text" else token_vocab_size(cfg.data)  # data=tokens: null reads meta.json
     if vocab is not None and vocab < data_vocab:
         raise ConfigError(f"model.vocab_size must be null or >= the data's {data_vocab} tokens; got {vocab}")
+
+
+_CHECKED: dict[str, schema.Config] = {}  # a single run's settings, validated before Hydra started it
+
+
+def checked(cfg: DictConfig) -> schema.Config:
+    """validate(cfg) for a Hydra job: a single run's settings were validated from the command line before Hydra
+    made its directory (command_line_error), so the same composed settings are taken as they were checked."""
+    settings = _CHECKED.pop(_settings_key(cfg), None)
+    return validate(cfg) if settings is None else settings
+
+
+def _settings_key(cfg: DictConfig) -> str:
+    """The composed settings as text, without Hydra's own node (which the job's config leaves out)."""
+    values = OmegaConf.to_container(cfg, resolve=False)
+    values.pop("hydra", None)
+    return repr(values)
 
 
 @functools.cache
@@ -182,9 +212,10 @@ def command_line_error(argv: list[str], config_dir: Path, config_name: str = "co
             except (HydraException, OmegaConfBaseException) as err:
                 return _composition_error(err, cell, lambda rest: compose_cell(rest, hydra=True))
             try:
-                validate(cfg)
+                settings = validate(cfg)
                 if not multirun:  # a sweep's launcher picks each cell's GPU
                     validate_device(cfg)
+                    _CHECKED[_settings_key(cfg)] = settings  # the run Hydra starts next has these settings
             except ConfigError as err:
                 return f"{err}{where}"
             if not multirun:

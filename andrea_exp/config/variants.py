@@ -38,12 +38,15 @@ STATS_SEE_NO_TRANSFORM = ("train.attn_stats=every reads q and k alone, without {
 
 # `model.qk_layernorm`: a LayerNorm over each head's q and k (before the scale); a flag
 QK_LAYERNORM = (True, False)
+# `model.qk_init`: how W_q and W_k start
+QK_INITS = ("unit", "gpt2", "torch")
 
 # `model.attn_impl`: how the same formula is computed
 ATTN_IMPLS = ("auto", "explicit", "fused", "bilinear")
 # Flash and cuDNN kernels stop at this head dim; above it SDPA falls back to slow kernels and the
 # explicit path (two GEMMs and a float32 softmax) is several times faster.
 SDPA_MAX_HEAD_DIM = 256
+SDPA_BACKEND_NAMES = ("flash", "cudnn", "efficient", "math")  # `model.sdpa_backend` besides auto
 BILINEAR_NEEDS_NO_QK_LAYERNORM = ("model.attn_impl=bilinear needs model.qk_layernorm=false (the LayerNorm acts on q "
                                   "and k, which the bilinear form never forms); use auto, explicit or fused")
 
@@ -58,6 +61,15 @@ def normalize_scale(scale) -> str:
         if lowered in SCALES:
             return lowered
     raise ValueError(f"model.scale must be one of {', '.join(SCALE_MODES)}, true, false; got {scale!r}")
+
+
+def canonical_scale(scale):
+    """`model.scale` as one value however it was typed (true, "sqrt", "on" -> "sqrt"; false, "none" -> "none";
+    "inv"), for summaries, tables and names; a value that is no scale mode is left as it is."""
+    try:
+        return normalize_scale(scale)
+    except ValueError:
+        return scale
 
 
 def scale_factor(scale, d_k: int) -> float:

@@ -27,6 +27,7 @@ import torch
 
 from andrea_exp.config.data_checks import (
     check_data,
+    check_markov_contexts,
     held_out_token_windows,
     open_tokens,
     token_meta,
@@ -64,8 +65,7 @@ class MarkovSource:
     """Order-k Markov chain over `vocab_size` tokens with `branching` successors per context."""
 
     def __init__(self, vocab_size: int, order: int, branching: int, concentration: float, table_seed: int):
-        if vocab_size ** order > 2_000_000:
-            raise ValueError(f"data.vocab_size ** data.order must be at most 2e6 contexts; got {vocab_size}**{order}")
+        check_markov_contexts(vocab_size, order)  # also for a caller without a config
         self.vocab_size, self.order = vocab_size, order
         rng = np.random.default_rng(table_seed)
         n_ctx = vocab_size ** order
@@ -201,7 +201,7 @@ class TokenWindows:
 def token_splits(cfg, seq_len: int) -> tuple[Split, Split]:
     """Training windows of train.bin (read per batch) and held-out windows of val.bin (read once)."""
     root, vocab = Path(str(cfg.path)).expanduser(), token_vocab_size(cfg)
-    train = TokenWindows(root / "train.bin", seq_len, vocab, cfg.get("train_sequences"))
+    train = TokenWindows(root / "train.bin", seq_len, vocab, cfg.train_sequences)
     held_file = root / "val.bin"
     held = held_out_token_windows(held_file, seq_len, cfg.eval_sequences)
     too_large_id(held, vocab, held_file, "its held-out windows")
@@ -284,9 +284,7 @@ def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
         held_out = source.sample(cfg.eval_sequences, seq_len, seed=HELD_OUT_SEED + cfg.table_seed)
         refs = references_of(train.tokens.numpy(), held_out.tokens, cfg.vocab_size)
         return Dataset(train, held_out, cfg.vocab_size, float(held_out.true_nll.mean()), refs, source)
-    if cfg.name not in ("text", "tokens"):
-        raise ValueError(f"data must be markov, text or tokens; got {cfg.name!r}")
-    check_data(cfg, seq_len)
+    check_data(cfg, seq_len)  # data.path's files, for a caller that did not validate; refuses other names
     if cfg.name == "text":
         train, held_out, train_bytes = text_splits(cfg.path, seq_len, cfg.train_sequences, cfg.eval_sequences, seed)
         refs = references_of([train_bytes], held_out.tokens, 256)

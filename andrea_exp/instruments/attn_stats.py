@@ -56,7 +56,7 @@ import math
 
 import torch
 
-from andrea_exp.config.choices import normalize_attn_stats, resolve_attn_stats_pass
+from andrea_exp.config.schema import TrainSchema
 from andrea_exp.model.step_stats import (  # noqa: F401  (the statistics themselves, computed in the forward)
     N_STATS,
     STATS,
@@ -130,8 +130,6 @@ class StepStats:
     every: statistics on steps that are multiples of it (step 0 included); per_head: also per-head keys."""
 
     def __init__(self, model, every: int = 1, per_head: bool = False, fused: bool = True):
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"train.attn_stats_every must be an integer >= 1; got {every!r}")
         self.flag = enable(model, fused)
         self.layers = [block.attn for block in model.blocks]
         self.every, self.per_head = every, per_head
@@ -174,12 +172,9 @@ class Off:
 OFF = Off()
 
 
-def from_config(cfg, model) -> StepStats | Off:
-    """train.attn_stats (every | off), train.attn_stats_every, train.attn_stats_per_head, train.attn_stats_pass
-    (auto | fused | separate) -> StepStats, or OFF."""
-    tc = cfg.train
-    if normalize_attn_stats(tc.get("attn_stats", "off")) == "off":
+def from_config(train: TrainSchema, model) -> StepStats | Off:
+    """The train group's statistics settings (attn_stats every | off, attn_stats_every, attn_stats_per_head, the
+    resolved pass: TrainSchema.stats_pass) -> StepStats, or OFF."""
+    if train.attn_stats == "off":
         return OFF
-    every = tc.get("attn_stats_every", 1)
-    fused = resolve_attn_stats_pass(tc.get("attn_stats_pass", "auto"), every) == "fused"
-    return StepStats(model, every, bool(tc.get("attn_stats_per_head", False)), fused)
+    return StepStats(model, train.attn_stats_every, train.attn_stats_per_head, train.stats_pass == "fused")

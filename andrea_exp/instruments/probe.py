@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from andrea_exp.config.schema import ProbeSchema
 from andrea_exp.instruments.maps import save_attention_maps
 from andrea_exp.instruments.metrics import (
     component_std,
@@ -69,42 +70,24 @@ from andrea_exp.instruments.metrics import (
 from andrea_exp.runs import metric_keys as mk
 
 ATTN_STATS = ("entropy", "entropy_norm", "max_prob", "saturated_frac", "score_std", "score_max")
-DEAD_JAC = 1e-3  # probe.dead_jac: a row whose softmax Jacobian norm is below this passes no gradient
-DEAD_GRAD = 1e-6  # probe.dead_grad: a row whose ||d loss / d S_i|| is below this learns nothing
 # row_gradient_stats name -> pooled key; the per-layer key is metric_keys.per_layer(key, l)
 ROW_GRAD_KEYS = {"row_p10": mk.GRAD_SCORES_ROW_P10, "row_p50": mk.GRAD_SCORES_ROW_P50,
                  "row_p90": mk.GRAD_SCORES_ROW_P90, "dead_frac": mk.GRAD_SCORES_DEAD_FRAC,
                  "top10_share": mk.GRAD_SCORES_TOP10_SHARE}
 
 
-def _positive_float(probe_cfg, name: str, default: float) -> float:
-    value = probe_cfg.get(name, default)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = -1.0
-    if isinstance(value, bool) or not number > 0 or number == float("inf"):
-        raise ValueError(f"probe.{name} must be a finite number > 0; got {value!r}")
-    return number
-
-
 class Probe:
-    def __init__(self, model, tokens: torch.Tensor, probe_cfg, run_dir: Path):
-        """model: the raw (uncompiled, unwrapped) Andrea; tokens: (B, T+1) held-out batch on its device."""
+    def __init__(self, model, tokens: torch.Tensor, probe_cfg: ProbeSchema, run_dir: Path):
+        """model: the raw (uncompiled, unwrapped) Andrea; tokens: (B, T+1) held-out batch on its device;
+        probe_cfg: the probe group (its values checked by validate)."""
         if tokens.dim() != 2 or tokens.size(1) < 2:
             raise ValueError(f"probe tokens must have shape (B, T+1) with T >= 1; got {tuple(tokens.shape)}")
-        maps_heads = int(probe_cfg.get("maps_heads", 4))
-        if maps_heads < 1:
-            raise ValueError(f"probe.maps_heads must be an integer >= 1; got {maps_heads!r}")
-        per_head = probe_cfg.get("per_head", False)
-        if per_head not in (True, False):
-            raise ValueError(f"probe.per_head must be one of true, false; got {per_head!r}")
         self.model = model
         self.tokens = tokens
-        self.per_head = bool(per_head)
-        self.maps_heads = maps_heads
-        self.dead_jac = _positive_float(probe_cfg, "dead_jac", DEAD_JAC)
-        self.dead_grad = _positive_float(probe_cfg, "dead_grad", DEAD_GRAD)
+        self.per_head = probe_cfg.per_head
+        self.maps_heads = probe_cfg.maps_heads
+        self.dead_jac = probe_cfg.dead_jac
+        self.dead_grad = probe_cfg.dead_grad
         self.map_dir = Path(run_dir) / "attention_maps"
         self.n_layer = len(model.blocks)
         self.n_head = model.cfg.n_head

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
-from andrea_exp.config.validation import ConfigError, command_line_error, validate
+from andrea_exp.config.validation import ConfigError, checked, command_line_error
 from andrea_exp.launch import devices, local_workers, orphans, slurm_job, sweep
 from andrea_exp.launch.startup import interrupted_at_start_up
 from andrea_exp.runs import run_guard, table, tracking
@@ -46,7 +46,7 @@ def run_job(cfg: DictConfig) -> dict:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        validate(cfg)
+        settings = checked(cfg)  # the typed settings that train() reads
     except ConfigError as err:
         write_summary(run_dir, {"run/status": "failed", "run/error": str(err), "run/steps": 0}, cfg)
         print(f"error: {err}", file=sys.stderr)
@@ -59,11 +59,12 @@ def run_job(cfg: DictConfig) -> dict:
         TIME_LIMIT.take()  # before W&B's start-up, which would swallow it
         slurm_job.cap_threads()
         if slurm_job.requeued_into(run_dir):  # this job, requeued: it continues its own cell
-            cfg.train.resume, cfg.train.overwrite = True, held.kind == run_guard.STOPPED
+            cfg.train.resume, cfg.train.overwrite = True, held.kind == run_guard.STOPPED  # the run's record
+            settings.train.resume, settings.train.overwrite = cfg.train.resume, cfg.train.overwrite
             print(f"[andrea-exp] cell {hydra_cfg.job.num}: requeued job {slurm_job.job_key()} continues "
                   f"{run_guard.describe(held)}", flush=True)
     if _is_rank_zero():  # rank 0 alone writes the run's files; under torchrun the others may find them begun
-        refused = guard_run_dir(cfg, hydra_cfg, run_dir, held, in_sweep)
+        refused = guard_run_dir(settings, hydra_cfg, run_dir, held, in_sweep)
         if refused is not None:
             return refused
         if in_slurm:
@@ -83,13 +84,13 @@ def run_job(cfg: DictConfig) -> dict:
     if joblib_worker:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
-            cfg.train.device = device
+            cfg.train.device = settings.train.device = device
     from andrea_exp.training.interrupts import Interrupted  # torch imports kept out of config errors' path
     from andrea_exp.training.loop import AlreadyFinished, train
 
     try:
         with orphans.cell_running() if in_worker else contextlib.nullcontext():
-            summary = train(cfg, run_dir)
+            summary = train(settings, run_dir)
     except AlreadyFinished as done:
         discard_resume_record(run_dir, hydra_cfg)
         if _is_rank_zero():
@@ -150,10 +151,10 @@ def slurm_cell_stopped(stop, cell: int) -> dict:
 # ---------------------------------------------------------------- runs already in the directory
 
 
-def guard_run_dir(cfg, hydra_cfg, run_dir: Path, held: run_guard.Holding, in_sweep: bool) -> dict | None:
+def guard_run_dir(settings, hydra_cfg, run_dir: Path, held: run_guard.Holding, in_sweep: bool) -> dict | None:
     """Refuse a job that would overwrite a run, or resume one that is not there (run_guard); with
     train.overwrite=true clear the earlier run's files first. Returns the refused job's result, else None."""
-    resume, overwrite = bool(cfg.train.resume), bool(cfg.train.get("overwrite", False))
+    resume, overwrite = settings.train.resume, settings.train.overwrite
     problem = run_guard.refusal(run_dir, held, resume=resume, overwrite=overwrite, in_sweep=in_sweep)
     if problem is not None:  # nothing of the run is touched: no summary is written
         if in_sweep:

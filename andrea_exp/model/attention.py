@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from andrea_exp.config.choices import SDPA_BACKEND_NAMES
 from andrea_exp.config.variants import (  # noqa: F401  (SDPA_MAX_HEAD_DIM, prefer_fused: re-exported API)
+    SDPA_BACKEND_NAMES,
     SDPA_MAX_HEAD_DIM,
     normalize_mask_fill,
     prefer_fused,

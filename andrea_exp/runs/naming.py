@@ -19,8 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from andrea_exp.config.choices import canonical_scale
 from andrea_exp.config.schema import is_scientific
+from andrea_exp.config.variants import canonical_scale
 from andrea_exp.runs import rundir
 
 MAX_TAG = 64  # W&B's limit on a tag's length

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from andrea_exp.config.choices import canonical_scale
+from andrea_exp.config.variants import canonical_scale
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -47,7 +47,7 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 
 def canonical_config(config: dict) -> dict:
     """A resolved config (nested dicts) with model.scale spelled one way however it was typed (true or "sqrt"
-    -> "sqrt": choices.canonical_scale), so that summaries, the runs table and W&B group it as one value."""
+    -> "sqrt": variants.canonical_scale), so that summaries, the runs table and W&B group it as one value."""
     model = config.get("model")
     if isinstance(model, dict) and "scale" in model:
         return {**config, "model": {**model, "scale": canonical_scale(model["scale"])}}

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp.config.choices import canonical_scale
 from andrea_exp.config.schema import is_scientific
 from andrea_exp.config.validation import ConfigError
+from andrea_exp.config.variants import canonical_scale
 from andrea_exp.runs.rundir import canonical_config, flatten
 
 LATEST = "latest.pt"

@@ -19,6 +19,7 @@ interrupted`, and the command exits 130 / 143 after printing how to resume; a se
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import math
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp.config.schema import ModelSchema
+from andrea_exp.config.schema import Config, ModelSchema, ProbeSchema, TrainSchema
 from andrea_exp.data.epochs import epochs, repeat_line
 from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
@@ -66,14 +67,17 @@ class AlreadyFinished(Exception):
 
 
 def build_model(cfg, vocab_size: int) -> Andrea:
-    """The model of `cfg.model` (a ModelSchema once composed); model.vocab_size null takes the data's `vocab_size`."""
-    if OmegaConf.get_type(cfg.model) is ModelSchema:
-        settings = OmegaConf.to_object(cfg.model)
-    else:  # a plain config (a run's saved config.yaml, a test's): the same dataclass from its values
-        settings = ModelSchema(**OmegaConf.to_container(cfg.model, resolve=True))
-    if settings.vocab_size is None:
-        settings.vocab_size = vocab_size
-    return Andrea(settings)
+    """The model of `cfg.model`; model.vocab_size null takes the data's `vocab_size`. cfg: the settings (a Config),
+    or a composed or plain config (a run's saved config.yaml, a test's), read into the same dataclass."""
+    if isinstance(cfg.model, ModelSchema):
+        model = copy.copy(cfg.model)  # the settings keep model.vocab_size as given
+    elif OmegaConf.get_type(cfg.model) is ModelSchema:
+        model = OmegaConf.to_object(cfg.model)
+    else:
+        model = ModelSchema(**OmegaConf.to_container(cfg.model, resolve=True))
+    if model.vocab_size is None:
+        model.vocab_size = vocab_size
+    return Andrea(model)
 
 
 def describe_model(cfg, model: Andrea, device) -> str:
@@ -113,47 +117,21 @@ def wrap_for_training(model, cfg, rt: Runtime):
     return wrapped
 
 
-def build_probe(cfg, model, held_out, run_dir: Path, rt: Runtime):
-    if cfg.probe.every <= 0 or not rt.is_main:
+def build_probe(probe_cfg: ProbeSchema, model, held_out, run_dir: Path, rt: Runtime):
+    if probe_cfg.every <= 0 or not rt.is_main:
         return None
     from andrea_exp.instruments.probe import Probe
 
-    return Probe(model, held_out[: cfg.probe.batch_size], cfg.probe, run_dir)
+    return Probe(model, held_out[: probe_cfg.batch_size], probe_cfg, run_dir)
 
 
-def probe_due(step: int, cfg_probe) -> bool:
+def probe_due(step: int, probe_cfg: ProbeSchema) -> bool:
     """Probe at this step? Every `dense_every` steps while step < `dense_until`, then every `every`; every=0: never."""
-    every = cfg_probe.get("every", 0)
-    if every <= 0:
+    if probe_cfg.every <= 0:
         return False
-    dense_until, dense_every = cfg_probe.get("dense_until", 0), cfg_probe.get("dense_every", 0)
-    if dense_every > 0 and step < dense_until:
-        return step % dense_every == 0
-    return step % every == 0
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The settings the step loop reads, as plain values: each OmegaConf lookup costs microseconds of host time."""
-    max_steps: int
-    log_every: int
-    grad_clip: float
-    eval_every: int
-    ckpt_every: int
-    keep_checkpoints: int
-    maps_every: int
-    seed: int
-    tokens_per_step: int
-    probe: dict  # every, dense_until, dense_every: what probe_due reads
-    generation_sequences: int | None = None  # held-out windows an unmasked model's generation loss scores
-
-    @classmethod
-    def of(cls, cfg) -> Settings:
-        tc, pc = cfg.train, cfg.probe
-        return cls(tc.max_steps, tc.log_every, tc.grad_clip, tc.eval_every, tc.ckpt_every,
-                   tc.get("keep_checkpoints", 0), pc.maps_every, cfg.seed, tc.batch_size * cfg.data.seq_len,
-                   {k: pc.get(k, 0) for k in ("every", "dense_until", "dense_every")},
-                   tc.get("generation_sequences"))
+    if probe_cfg.dense_every > 0 and step < probe_cfg.dense_until:
+        return step % probe_cfg.dense_every == 0
+    return step % probe_cfg.every == 0
 
 
 # ---------------------------------------------------------------- what survives a resume
@@ -207,10 +185,10 @@ class LoopState:
     records_step: int | None = None      # the step `records` were logged at
     records: list = field(default_factory=list)  # logged at records_step: the evaluation just before a checkpoint
 
-    def to_checkpoint(self, max_steps: int, settings: dict) -> dict:
+    def to_checkpoint(self, max_steps: int, scientific: dict) -> dict:
         here = self.records if self.records_step == self.step else []
         return {**self.watch.state(), "best_eval": self.best_eval, "best_step": self.best_step,
-                "max_steps": max_steps, "settings": settings, "last": _plain(self.last),
+                "max_steps": max_steps, "settings": scientific, "last": _plain(self.last),
                 "records_at_step": [_plain(r) for r in here]}
 
     def load_checkpoint(self, state: dict) -> None:
@@ -229,19 +207,19 @@ def log(tracker: Tracker, st: LoopState, metrics: dict, at: int) -> None:
     st.records.append(metrics)
 
 
-def load_resume_state(cfg, run_dir: Path, settings: dict, is_main: bool) -> dict | None:
+def load_resume_state(train_cfg: TrainSchema, run_dir: Path, scientific: dict, is_main: bool) -> dict | None:
     """The checkpoint to continue from, or None for a run that never started (a sweep's cell: from step 0).
     Refuses changed scientific settings and a run with nothing to continue from (CheckpointError, nothing
     written); stops at a finished or diverged run (AlreadyFinished)."""
-    if not cfg.train.resume:
+    if not train_cfg.resume:
         return None
     ckpt_dir = run_dir / CHECKPOINT_DIR
     state = checkpoint.load(ckpt_dir)
     if state is not None:
-        checkpoint.check_settings(state["extra"].get("settings"), settings, ckpt_dir / checkpoint.LATEST)
+        checkpoint.check_settings(state["extra"].get("settings"), scientific, ckpt_dir / checkpoint.LATEST)
     held = run_guard.holding(run_dir)
     # a finished run asked for more steps goes on to restore(), which names train.max_steps
-    more_steps = held.kind == run_guard.FINISHED and state is not None and state["step"] < cfg.train.max_steps
+    more_steps = held.kind == run_guard.FINISHED and state is not None and state["step"] < train_cfg.max_steps
     if held.kind in run_guard.DONE and not more_steps:
         raise AlreadyFinished(run_dir, read_summary(run_dir))
     if state is not None:
@@ -269,29 +247,30 @@ def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip
 def build_step(cfg, rt: Runtime, train_model, params, optimizer, scheduler, grad_clip: float):
     """`step(x, y) -> (loss, grad norm, lr)`: a replayed CUDA graph (train.cuda_graph) or the eager train_step.
     Built after any checkpoint restore: a resumed run starts with the graph's eager warm-up steps again."""
-    setting = cfg.train.get("cuda_graph", "auto")
-    if use_cuda_graph(setting, device_type=rt.device.type, world_size=rt.world_size, dropout=float(cfg.model.dropout),
-                      compile=bool(cfg.train.compile)):
+    cuda_graph = cfg.train.cuda_graph
+    if use_cuda_graph(cuda_graph, device_type=rt.device.type, world_size=rt.world_size,
+                      dropout=float(cfg.model.dropout), compile=bool(cfg.train.compile)):
         return GraphedStep(train_model, params, optimizer, scheduler, amp_dtype=rt.amp_dtype, grad_clip=grad_clip,
-                           fallback=setting == "auto", log=lambda line: print(line, flush=True))
+                           fallback=cuda_graph == "auto", log=lambda line: print(line, flush=True))
     return functools.partial(train_step, train_model, params, optimizer, scheduler, rt=rt, grad_clip=grad_clip)
 
 
 # ---------------------------------------------------------------- between steps: checkpoints, evaluation, rows
 
 
-def save_checkpoint(ckpt_dir: Path, st: LoopState, s: Settings, settings: dict, model, optimizer, scheduler) -> None:
+def save_checkpoint(ckpt_dir: Path, st: LoopState, train_cfg: TrainSchema, scientific: dict, model, optimizer,
+                    scheduler) -> None:
     checkpoint.save(ckpt_dir, step=st.step, model=model, optimizer=optimizer, scheduler=scheduler,
-                    extra=st.to_checkpoint(s.max_steps, settings))
-    if s.keep_checkpoints > 0:
-        checkpoint.keep_copies(ckpt_dir, st.step, s.keep_checkpoints, is_best=st.best_step == st.step)
+                    extra=st.to_checkpoint(train_cfg.max_steps, scientific))
+    if train_cfg.keep_checkpoints > 0:
+        checkpoint.keep_copies(ckpt_dir, st.step, train_cfg.keep_checkpoints, is_best=st.best_step == st.step)
 
 
-def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime, s: Settings) -> None:
+def evaluate_into(tracker: Tracker, st: LoopState, model, data, rt: Runtime, train_cfg: TrainSchema) -> None:
     """Held-out evaluation at st.step (rank 0 only), logged; the best value follows the held-out loss."""
     with rt.autocast():
         metrics = evaluate(model, data.eval.tokens, data.floor, data.floor_standard_error,
-                           generation_sequences=s.generation_sequences, held_in=data.held_in())
+                           generation_sequences=train_cfg.generation_sequences, held_in=data.held_in())
     if metrics[K.EVAL_LOSS_AS_TRAINED] < st.best_eval:
         st.best_eval, st.best_step = metrics[K.EVAL_LOSS_AS_TRAINED], st.step
     log(tracker, st, metrics, st.step)
@@ -311,14 +290,15 @@ def flush_window(window: LogWindow, tracker: Tracker, st: LoopState, progress: P
         progress.note(st.step, rows[-1][1][K.TRAIN_LOSS])
 
 
-def measure_probe(probe, tracker: Tracker, st: LoopState, s: Settings, window: LogWindow, clock: PhaseClock) -> None:
+def measure_probe(probe, tracker: Tracker, st: LoopState, probe_cfg: ProbeSchema, window: LogWindow,
+                  clock: PhaseClock) -> None:
     """The probe's metrics and attention maps when due at st.step."""
     if probe is None:
         return
-    if probe_due(st.step, s.probe):
+    if probe_due(st.step, probe_cfg):
         with clock.phase("probes"):
             log(tracker, st, probe.measure(st.step), st.step)
-    if s.maps_every and st.step % s.maps_every == 0:
+    if probe_cfg.maps_every and st.step % probe_cfg.maps_every == 0:
         with window.aside(), clock.phase("maps"):  # drawing PNGs and handing them to W&B is not training
             tracker.log_images(probe.draw_maps(st.step), st.step)
 
@@ -346,43 +326,45 @@ def sample_record(cfg, model, data, rt: Runtime) -> dict:
 # ---------------------------------------------------------------- the loop
 
 
-def train(cfg, run_dir: Path) -> dict:
-    """Train one run described by cfg into run_dir; return its summary. Raises Interrupted after SIGINT /
-    SIGTERM (checkpoint and summary written), AlreadyFinished for a finished run, errors on real errors."""
-    rt, s = setup_runtime(cfg), Settings.of(cfg)
+def train(settings: Config, run_dir: Path) -> dict:
+    """Train one run described by `settings` (validate()'s, checked) into run_dir; return its summary. Raises
+    Interrupted after SIGINT / SIGTERM (checkpoint and summary written), AlreadyFinished for a finished run,
+    errors on real errors."""
+    tc, pc, record = settings.train, settings.probe, settings.record()
+    rt = setup_runtime(settings)
     clock = PhaseClock(rt.device)
-    torch.manual_seed(s.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, s.seed).to(rt.device)
+    torch.manual_seed(settings.seed)
+    data = build_dataset(settings.data, settings.data.seq_len, settings.seed).to(rt.device)
     held_out = data.eval.tokens
-    model = build_model(cfg, data.vocab_size).to(rt.device)
+    model = build_model(settings, data.vocab_size).to(rt.device)
     if rt.is_main:
-        print(describe_model(cfg, model, rt.device), flush=True)
-        repeat = repeat_line(s.max_steps, s.tokens_per_step, data.train_tokens)
+        print(describe_model(settings, model, rt.device), flush=True)
+        repeat = repeat_line(tc.max_steps, settings.tokens_per_step, data.train_tokens)
         if repeat:
             print(repeat, flush=True)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    local_bs = local_batch_size(cfg.train.batch_size, rt.world_size)
-    ckpt_dir, settings = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(cfg)
-    resumed = load_resume_state(cfg, run_dir, settings, rt.is_main)
-    st = LoopState(DivergenceWatch(cfg.train.diverge_factor, cfg.train.diverge_patience))
+    optimizer, scheduler = build_optimizer(model, settings, rt.device)
+    local_bs = local_batch_size(tc.batch_size, rt.world_size)
+    ckpt_dir, scientific = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(record)
+    resumed = load_resume_state(tc, run_dir, scientific, rt.is_main)
+    st = LoopState(DivergenceWatch(tc.diverge_factor, tc.diverge_patience))
     if resumed is not None:
-        checkpoint.restore(resumed, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=s.max_steps,
+        checkpoint.restore(resumed, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=tc.max_steps,
                            path=ckpt_dir / checkpoint.LATEST)
         st.load_checkpoint(resumed)
         if rt.is_main:
             print(f"[andrea-exp] resuming {run_dir} from step {st.step}", flush=True)
     start_step = st.step  # this segment's first step: 0, or the checkpoint's
-    tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
-    stats = attn_stats.from_config(cfg, model)  # before compile and capture: it adds buffers to the model
-    train_model = wrap_for_training(model, cfg, rt)
-    probe = build_probe(cfg, model, held_out, run_dir, rt)
+    tracker = Tracker(run_dir, record, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
+    stats = attn_stats.from_config(tc, model)  # before compile and capture: it adds buffers to the model
+    train_model = wrap_for_training(model, settings, rt)
+    probe = build_probe(pc, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
-    window, progress = LogWindow(s.tokens_per_step, s.grad_clip), Progress(cfg, rt, st.step)
-    step = build_step(cfg, rt, train_model, params, optimizer, scheduler, s.grad_clip)
+    window, progress = LogWindow(settings.tokens_per_step, tc.grad_clip), Progress(settings, rt, st.step)
+    step = build_step(settings, rt, train_model, params, optimizer, scheduler, tc.grad_clip)
 
-    if resumed is not None and st.step < s.max_steps:
-        for record in resumed["extra"].get("records_at_step", []):
-            log(tracker, st, record, st.step)  # metrics.jsonl was cut at the checkpoint's step
+    if resumed is not None and st.step < tc.max_steps:
+        for record_at_step in resumed["extra"].get("records_at_step", []):
+            log(tracker, st, record_at_step, st.step)  # metrics.jsonl was cut at the checkpoint's step
     if resumed is not None:
         checkpoint.set_rng_state(resumed["rng"])  # last, after every set-up step that might draw numbers
 
@@ -391,30 +373,30 @@ def train(cfg, run_dir: Path) -> dict:
     try:
         try:
             with StopRequest() as stop:
-                if resumed is None and s.eval_every and s.max_steps > 0 and rt.is_main:
+                if resumed is None and tc.eval_every and tc.max_steps > 0 and rt.is_main:
                     with window.aside(), clock.phase("evals"):  # the held-out loss before training: its start
-                        evaluate_into(tracker, st, model, data, rt, s)
-                while st.step < s.max_steps:
-                    measure_probe(probe, tracker, st, s, window, clock)
-                    x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
+                        evaluate_into(tracker, st, model, data, rt, tc)
+                while st.step < tc.max_steps:
+                    measure_probe(probe, tracker, st, pc, window, clock)
+                    x, y = data.batch(st.step, local_bs, settings.seed, rt.rank, rt.world_size)
                     stats.before_step(st.step)
                     window.add(st.step, *step(x, y))
                     stats.after_step(st.step)
                     st.step += 1
                     progress.update()
-                    eval_due = s.eval_every and st.step % s.eval_every == 0 and st.step < s.max_steps
-                    ckpt_due = s.ckpt_every and st.step % s.ckpt_every == 0 and st.step < s.max_steps
+                    eval_due = tc.eval_every and st.step % tc.eval_every == 0 and st.step < tc.max_steps
+                    ckpt_due = tc.ckpt_every and st.step % tc.ckpt_every == 0 and st.step < tc.max_steps
                     # a checkpoint at step S must follow every record of steps < S and the divergence checks
-                    at_sync = len(window) >= s.log_every or st.step == s.max_steps or eval_due or ckpt_due
-                    stopping = stop.agreed(rt, at_sync) and st.step < s.max_steps
+                    at_sync = len(window) >= tc.log_every or st.step == tc.max_steps or eval_due or ckpt_due
+                    stopping = stop.agreed(rt, at_sync) and st.step < tc.max_steps
                     if at_sync or stopping:
                         flush_window(window, tracker, st, progress, stats)
                     if eval_due and rt.is_main:
                         with window.aside(), clock.phase("evals"):
-                            evaluate_into(tracker, st, model, data, rt, s)
+                            evaluate_into(tracker, st, model, data, rt, tc)
                     if (ckpt_due or stopping) and rt.is_main:
                         with window.aside(), clock.phase("checkpoints"):
-                            save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
+                            save_checkpoint(ckpt_dir, st, tc, scientific, model, optimizer, scheduler)
                     if stopping:
                         status = stop.status_of(stop.signum)  # interrupted, or timeout (SLURM)
                         break
@@ -428,17 +410,17 @@ def train(cfg, run_dir: Path) -> dict:
         summary = {K.RUN_STATUS: status, K.RUN_STEPS: st.step, K.RUN_START_STEP: start_step,
                    K.RUN_WALL_S: clock.loop_s,
                    **run_facts(rt, model, data.vocab_size), **reference_record(data),
-                   **epochs_record(data, st.step, s.tokens_per_step),
+                   **epochs_record(data, st.step, settings.tokens_per_step),
                    **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
                 if probe is not None:
                     log(tracker, st, probe.measure(st.step), st.step)
-                evaluate_into(tracker, st, model, data, rt, s)
-                if probe is not None and s.maps_every:  # the attention the run ends with, whatever the cadence
+                evaluate_into(tracker, st, model, data, rt, tc)
+                if probe is not None and pc.maps_every:  # the attention the run ends with, whatever the cadence
                     tracker.log_images(probe.draw_maps(st.step), st.step)
-                save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
-                summary.update(sample_record(cfg, model, data, rt))
+                save_checkpoint(ckpt_dir, st, tc, scientific, model, optimizer, scheduler)
+                summary.update(sample_record(settings, model, data, rt))
         summary.update(clock.summary())
     except Exception as err:
         # the disk that failed the run may refuse its summary too: the error raised is still the first one

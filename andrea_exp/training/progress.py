@@ -19,7 +19,7 @@ class Progress:
         setting, self.total, self.start = cfg.train.progress, cfg.train.max_steps, start
         on_terminal = sys.stderr.isatty()
         bar = rt.is_main and (setting is True or (setting == "auto" and on_terminal))
-        self.every = cfg.train.get("progress_every", 0) if rt.is_main and setting == "auto" and not on_terminal else 0
+        self.every = cfg.train.progress_every if rt.is_main and setting == "auto" and not on_terminal else 0
         self.bar = tqdm(total=self.total, initial=start, disable=not bar, desc="train", dynamic_ncols=True)
         self.started, self.next_line = time.perf_counter(), (start // self.every + 1) * self.every if self.every else 0
 
