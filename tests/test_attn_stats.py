@@ -434,7 +434,7 @@ def train_steps(cfg, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     handled as the loop handles them (before_step / after_step, flush at train.log_every)."""
     from benchmarks.common import build_cell
 
-    _, data, model, step, stats = build_cell(cfg)  # as train() builds them
+    _, data, model, step, stats = build_cell(validate(cfg))  # as train() builds them
     losses = []
     for i in range(steps):
         x, y = data.batch(i, cfg.train.batch_size, cfg.seed)
@@ -667,7 +667,7 @@ def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass()
         cfg = gpu_config("train.cuda_graph=false", f"train.attn_stats_pass={name}")
         from benchmarks.common import build_cell
 
-        _, data, model, step, stats = build_cell(cfg)
+        _, data, model, step, stats = build_cell(validate(cfg))
         losses, recorded, kernels = [], [], set()
         for i in range(6):
             x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)
@@ -702,7 +702,7 @@ def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tens
     batch the step's forward saw) for `steps` steps of the step train() builds."""
     from benchmarks.common import build_cell
 
-    _, data, model, step, stats = build_cell(cfg)  # as train() builds them
+    _, data, model, step, stats = build_cell(validate(cfg))  # as train() builds them
     got, ref = [], []
     for i in range(steps):
         x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)

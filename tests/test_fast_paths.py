@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
+from conftest import probe_settings
 
-from andrea_exp.config.validation import validate
 from andrea_exp.instruments.probe import Probe
 from andrea_exp.model.chunked_loss import linear_cross_entropy
 from andrea_exp.model.decoder import Andrea, ModelConfig
@@ -212,7 +211,7 @@ def test_fused_qkv_keeps_parameter_names_and_shapes():
 def test_probe_metrics_are_the_same_on_fast_paths(tmp_path: Path):
     plain, fast = twin(dict(loss_impl="chunked", loss_chunk_rows=9, fused_qkv=True))
     tokens = torch.randint(0, 40, (2, 13), generator=torch.Generator().manual_seed(2))
-    cfg = OmegaConf.create({"maps_heads": 2, "per_head": False})
+    cfg = probe_settings(maps_heads=2, per_head=False)
     a = Probe(plain, tokens, cfg, tmp_path).measure(0)
     b = Probe(fast, tokens, cfg, tmp_path).measure(0)
     assert a.keys() == b.keys() and "grad/L0/q" in a and "grad/L1/v" in a
@@ -256,7 +255,7 @@ def test_benchmark_step_reproduces_train_losses(tmp_path: Path):
                  "logger.mode=disabled", "train.progress=false", "data.train_sequences=64", "data.eval_sequences=8"]
     cfg = compose_cfg(overrides)
     (tmp_path / "train").mkdir()
-    train(validate(cfg), tmp_path / "train")
+    train(cfg, tmp_path / "train")
     logged = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
     by_step = {r["step"]: r["train/loss"] for r in logged if "train/loss" in r}
     run = AndreaRun(compose_cfg(overrides), tmp_path / "bench")

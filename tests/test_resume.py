@@ -319,6 +319,6 @@ def test_resuming_a_cell_that_a_stopped_sweep_never_started_says_so(tmp_path, ca
     cfg = OmegaConf.create({"train": {"resume": True, "max_steps": 10}})
     write_summary(tmp_path, {"run/status": "interrupted", "run/steps": 0,
                              "run/error": "not started: the sweep was stopped by SIGINT"}, cfg)
-    assert load_resume_state(cfg, tmp_path, {}, is_main=True) is None
+    assert load_resume_state(cfg.train, tmp_path, {}, is_main=True) is None
     out = capsys.readouterr().out
     assert f"{tmp_path} never started; starting it from step 0" in out and "holds no checkpoint" not in out

@@ -97,7 +97,7 @@ def test_loop_state_round_trip_keeps_records_only_at_its_step():
     st = LoopState(DivergenceWatch(3.0, 5), step=40, best_eval=2.5, best_step=20, last={K.TRAIN_LOSS: 2.7})
     st.watch.initial, st.watch.streak = 3.3, 2
     st.records_step, st.records = 40, [{K.EVAL_LOSS_AS_TRAINED: torch.tensor(2.6)}]
-    extra = st.to_checkpoint(max_steps=100, settings={"model.d_k": 16})
+    extra = st.to_checkpoint(max_steps=100, scientific={"model.d_k": 16})
     assert extra["records_at_step"] == [{K.EVAL_LOSS_AS_TRAINED: pytest.approx(2.6)}]  # tensor made plain
     back = LoopState(DivergenceWatch(3.0, 5))
     back.load_checkpoint({"step": 40, "extra": extra})
