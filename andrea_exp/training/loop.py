@@ -73,7 +73,9 @@ def build_model(cfg, vocab_size: int) -> Andrea:
         settings = ModelSchema(**OmegaConf.to_container(cfg.model, resolve=True))
     if settings.vocab_size is None:
         settings.vocab_size = vocab_size
-    return Andrea(settings)
+    model = Andrea(settings)
+    model.z_loss = float(cfg.train.get("z_loss", 0.0))  # a training setting the model's loss applies
+    return model
 
 
 def describe_model(cfg, model: Andrea, device) -> str:
@@ -377,7 +379,7 @@ def train(cfg, run_dir: Path) -> dict:
     train_model = wrap_for_training(model, cfg, rt)
     probe = build_probe(cfg, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
-    window, progress = LogWindow(s.tokens_per_step, s.grad_clip), Progress(cfg, rt, st.step)
+    window, progress = LogWindow(s.tokens_per_step, s.grad_clip, z_loss=model.z_loss), Progress(cfg, rt, st.step)
     step = build_step(cfg, rt, train_model, params, optimizer, scheduler, s.grad_clip)
 
     if resumed is not None and st.step < s.max_steps:
@@ -398,7 +400,7 @@ def train(cfg, run_dir: Path) -> dict:
                     measure_probe(probe, tracker, st, s, window, clock)
                     x, y = data.batch(st.step, local_bs, s.seed, rt.rank, rt.world_size)
                     stats.before_step(st.step)
-                    window.add(st.step, *step(x, y))
+                    window.add(st.step, *step(x, y), model.out_stats.clone())  # the output logits' stats
                     stats.after_step(st.step)
                     st.step += 1
                     progress.update()
