@@ -74,7 +74,7 @@ def build_model(cfg, vocab_size: int) -> Andrea:
     if settings.vocab_size is None:
         settings.vocab_size = vocab_size
     model = Andrea(settings)
-    model.z_loss = float(cfg.train.get("z_loss", 0.0))  # a training setting the model's loss applies
+    model.z_loss = float(OmegaConf.select(cfg, "train.z_loss", default=0.0))  # a training setting its loss applies
     return model
 
 
