@@ -26,7 +26,6 @@ import functools
 
 import torch
 
-
 # what a loss's stats hold, in order (model.decoder.Andrea.out_stats); a chunk's output_stats has sums for the means
 OUTPUT_STATS = ("logz_mean", "logz_max", "logit_absmax", "logz_sq_mean")
 

@@ -1,7 +1,8 @@
 """The train/* rows (loss, gradient norm, lr, tokens, tokens/s, clip share, the output logits' log Z and
-largest logit) of the steps since the last flush: each step's loss and gradient norm stay on the device until `flush` reads the whole window back
-with one host sync, since a sync every step would stall the GPU; a module of its own so that the window's
-arithmetic (tokens counted, time spent aside on eval and checkpoints left out) is tested alone."""
+largest logit) of the steps since the last flush: each step's values stay on the device until `flush` reads
+the whole window back with one host sync, since a sync every step would stall the GPU; a module of its own
+so that the window's arithmetic (tokens counted, time spent aside on eval and checkpoints left out) is tested
+alone."""
 
 from __future__ import annotations
 
