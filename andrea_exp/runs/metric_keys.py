@@ -72,6 +72,7 @@ ATTN_MAX_PROB = "attn/max_prob"
 ATTN_SATURATED_FRAC = "attn/saturated_frac"
 ATTN_SCORE_STD = "attn/score_std"
 ATTN_SCORE_MAX = "attn/score_max"
+ATTN_SCORE_MAX_MAX = "attn/score_max_max"
 ATTN_Q_STD = "attn/q_std"
 ATTN_K_STD = "attn/k_std"
 ATTN_JAC_NORM = "attn/jac_norm"
@@ -155,7 +156,10 @@ METRICS: tuple[Metric, ...] = (
     _m(ATTN_MAX_PROB, "largest probability of a row, mean over rows", True),
     _m(ATTN_SATURATED_FRAC, "share of rows whose largest probability exceeds 0.99", True),
     _m(ATTN_SCORE_STD, "std of the scaled pre-softmax scores over visible entries", True),
-    _m(ATTN_SCORE_MAX, "largest scaled pre-softmax score (attention logit) over visible entries", True),
+    _m(ATTN_SCORE_MAX, "largest scaled pre-softmax score (attention logit) over visible entries, per head; mean over "
+                       "heads and layers", True),
+    _m(ATTN_SCORE_MAX_MAX, "the largest attention logit itself: per layer the max over heads of attn/score_max's "
+                           "per-head value, pooled the max over layers", True),
     _m(ATTN_Q_STD, "std of the query components", True),
     _m(ATTN_K_STD, "std of the key components", True),
     _m(ATTN_JAC_NORM, "mean Frobenius norm of the softmax Jacobian diag(p) - p p^T over rows with >1 visible key",
