@@ -3,7 +3,7 @@ QK-LayerNorm off / on, over LRs). Per (d_k, fix): the largest LR that trains, th
 sensitivity (lr.lr_sensitivity, per seed then mean), and curves over steps of the largest attention logit (the true
 maximum over heads and layers where the runs logged it: report.largest), the spectral norm of scale * W_q W_k^T
 (attn/qk_spectral) and the attention entropy, whether the cell's attention collapsed (report.collapse), and the
-papers' findings beside the runs' numbers (report.literature)."""
+papers' findings sit beside these numbers in experiments/README.md."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from andrea_exp.report.bestlr import capped_final
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.collapse import RULE as COLLAPSE_RULE
 from andrea_exp.report.collapse import cell_collapsed
-from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.effects import References, references, trains_rule
 from andrea_exp.report.effects import trains as trains_on_scale
+from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.lr import lr_sensitivity
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
