@@ -2,8 +2,8 @@
 QK-LayerNorm off / on, over LRs). Per (d_k, fix): the largest LR that trains, the final loss per LR, the LR
 sensitivity (lr.lr_sensitivity, per seed then mean), and curves over steps of the largest attention logit (the true
 maximum over heads and layers where the runs logged it: report.largest), the spectral norm of scale * W_q W_k^T
-(attn/qk_spectral) and the attention entropy, whether the cell's attention collapsed (report.collapse), and the
-papers' findings sit beside these numbers in experiments/README.md."""
+(attn/qk_spectral) and the attention entropy, and whether the cell's attention collapsed (report.collapse).
+experiments/README.md sets the papers' findings beside these numbers."""
 
 from __future__ import annotations
 
