@@ -108,9 +108,11 @@ def with_softcap(monkeypatch):
     return spec
 
 
-def test_no_transform_is_registered_and_no_preset_turns_one_on():
-    assert variants.SCORE_TRANSFORMS == {}
+def test_soft_capping_is_the_one_transform_registered_and_no_preset_turns_it_on():
+    assert list(variants.SCORE_TRANSFORMS) == ["logit_softcap"]
     assert variants.score_transforms(ModelSchema(**TINY)) == ()
+    for preset in ("andrea_tiny", "andrea_small", "andrea_120m"):
+        assert variants.transforms_on(composed(f"model={preset}").model) == []
 
 
 def test_a_transform_is_applied_to_the_scaled_scores_before_the_mask():

@@ -189,6 +189,8 @@ class ModelSchema:
     mask_fill: Any = setting(Normalized(normalize_mask_fill), "-inf")  # "-inf" or a number
     qk_init: str = setting(Choice(QK_INITS), "unit")
     qk_layernorm: bool = setting(Choice(QK_LAYERNORM), False)
+    logit_softcap: float | None = setting(Finite(low=0, low_inclusive=False), optional=True)  # cap*tanh(s/cap)
+    sigma_reparam: bool = setting(Choice(BOOLS, shown=("true", "false")), False)  # W_q, W_k as gamma/sigma(W) W
     attn_impl: str = setting(Choice(ATTN_IMPLS), "auto")
     mlp_ratio: int = setting(Integer(1), 4)
     dropout: float = setting(Finite(low=0, high=1), 0.0)
@@ -244,6 +246,7 @@ class TrainSchema:
     beta1: float = setting(Finite(low=0, high=0.999999))
     beta2: float = setting(Finite(low=0, high=0.999999))
     grad_clip: float = setting(Finite(low=0))
+    z_loss: float = setting(Finite(low=0), 0.0)  # coefficient of mean log Z^2 of the output logits (0: none)
     eval_every: int = setting(Integer(0), operational=True)
     log_every: int = setting(Integer(1), operational=True)
     ckpt_every: int = setting(Integer(0), operational=True)

@@ -29,9 +29,13 @@ MASK_FILL_MAX = -1e4  # a finite fill must be at least this negative
 
 # Transforms of the scaled scores before the mask, each keyed by the ModelSchema field that sets it: on when
 # that field is set (not null, not 0), applied in key order as f(scores, value). Written with tensor methods,
-# so this module stays free of torch; e.g. soft-capping: "logit_softcap": lambda s, cap: cap * (s / cap).tanh().
-# The fused kernels cannot apply them, nor can the every-step statistics pass (it reads q and k alone).
-SCORE_TRANSFORMS: dict[str, Callable] = {}
+# so this module stays free of torch. The fused kernels cannot apply them (a model with one trains on the
+# explicit or bilinear path), nor can the every-step statistics pass (it reads q and k alone).
+SCORE_TRANSFORMS: dict[str, Callable] = {
+    # `model.logit_softcap`: soft-capping (Gemma 2, Grok): cap * tanh(s / cap), about s for |s| << cap, never
+    # beyond +-cap, so no attention logit can grow past it
+    "logit_softcap": lambda s, cap: cap * (s / cap).tanh(),
+}
 FUSED_TAKES_NO_TRANSFORM = "model.attn_impl=fused cannot apply {names} to the scores; use auto, explicit or bilinear"
 STATS_SEE_NO_TRANSFORM = ("train.attn_stats=every reads q and k alone, without {names} on the scores; "
                           "use train.attn_stats=off with it")
@@ -40,6 +44,9 @@ STATS_SEE_NO_TRANSFORM = ("train.attn_stats=every reads q and k alone, without {
 QK_LAYERNORM = (True, False)
 # `model.qk_init`: how W_q and W_k start
 QK_INITS = ("unit", "gpt2", "torch")
+# `model.sigma_reparam`: W_q and W_k as gamma / sigma(W) * W (model.sigma_reparam, Zhai et al. 2023); a flag. It
+# acts on the weights, not the scores, so every path takes it: the fused kernels, the bilinear form and the
+# every-step statistics pass read the reparametrised weights' q and k.
 
 # `model.attn_impl`: how the same formula is computed
 ATTN_IMPLS = ("auto", "explicit", "fused", "bilinear")

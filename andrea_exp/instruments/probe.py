@@ -275,11 +275,15 @@ class MetricSheet:
 
 
 def put_attention_stats(sheet: MetricSheet, forward: list[dict], per_head: bool) -> None:
-    """attn/<stat>: mean over heads per layer, then over layers (per head too when asked); q_std, k_std."""
+    """attn/<stat>: mean over heads per layer, then over layers (per head too when asked); attn/score_max_max: the
+    largest logit, max over heads per layer, then over layers; q_std, k_std."""
     for stat in ATTN_STATS:
         by_head = torch.stack([layer["head"][stat] for layer in forward])  # (L, H)
         per_layer = by_head.mean(-1)  # (L,): mean over heads
         sheet.put_layers(f"attn/{stat}", per_layer, per_layer.mean())  # pooled: mean over layers
+        if stat == "score_max":  # and the largest itself: per layer the max over heads, pooled over layers
+            largest = by_head.amax(-1)  # (L,)
+            sheet.put_layers(mk.ATTN_SCORE_MAX_MAX, largest, largest.amax())
         if per_head:
             L, H = by_head.shape
             sheet.put([f"attn/L{li}/H{h}/{stat}" for li in range(L) for h in range(H)], by_head)

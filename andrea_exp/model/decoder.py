@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from andrea_exp.config.schema import ModelSchema
 from andrea_exp.config.variants import normalize_mask_fill, resolve_attn_impl, score_transforms
 from andrea_exp.model.attention import explicit_attention, fused_attention, scale_factor
-from andrea_exp.model.chunked_loss import linear_cross_entropy
+from andrea_exp.model.chunked_loss import OUTPUT_STATS, linear_cross_entropy_with_stats, output_stats
 from andrea_exp.model.head_gemms import head_projection
+from andrea_exp.model.sigma_reparam import reparametrize
 from andrea_exp.model.step_stats import record as record_step_stats
 
 # The model is built from the settings' own dataclass: every rule is checked when one is constructed
@@ -182,6 +183,15 @@ class Andrea(nn.Module):
             nn.init.normal_(block.attn.o.weight, std=residual_std)
             nn.init.normal_(block.mlp.proj.weight, std=residual_std)
             self._init_qk(block.attn, cfg.qk_init, cfg.d_model)
+            if cfg.sigma_reparam:  # after the initialisation: gamma starts at the initial weights' sigma
+                reparametrize(block.attn.q)
+                reparametrize(block.attn.k)
+        # train.z_loss: the coefficient of mean log Z^2 added to the loss of training forwards (the training loop
+        # sets it; evaluation and probes read the cross-entropy alone)
+        self.z_loss = 0.0
+        # the last training forward's output logits (chunked_loss.OUTPUT_STATS, means per row): kept on the
+        # device for the training loop's log window (instruments.out_logits); not part of the checkpoint
+        self.register_buffer("out_stats", torch.zeros(len(OUTPUT_STATS)), persistent=False)
 
     @staticmethod
     def _init_gpt2(module):
@@ -214,13 +224,27 @@ class Andrea(nn.Module):
         `visible_keys` (B,) limits row b's attention to its first visible_keys[b] tokens (see `hidden`).
         """
         x = self.hidden(idx, causal=causal, visible_keys=visible_keys)  # (B, T, d_model)
+        z_loss = self.z_loss if self.training else 0.0
         if targets is not None and self.cfg.loss_impl == "chunked":
-            return None, self._chunked_loss(x, targets)
+            loss, stats = self._chunked_loss(x, targets, z_loss)
+            self._keep_out_stats(stats)
+            return None, loss
         logits = self.head(x)  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+            flat = logits.float().view(-1, logits.size(-1))  # (B*T, V)
+            loss = F.cross_entropy(flat, targets.reshape(-1))
+            lse = torch.logsumexp(flat, dim=-1) if z_loss or self.training else None  # (B*T,)
+            if z_loss:
+                loss = loss + z_loss * lse.square().mean()
+            if self.training:
+                sums = output_stats(flat, lse)  # (4,)
+                self._keep_out_stats(torch.stack([sums[0] / lse.numel(), sums[1], sums[2], sums[3] / lse.numel()]))
         return logits, loss
+
+    def _keep_out_stats(self, stats: torch.Tensor) -> None:
+        if self.training:
+            self.out_stats.copy_(stats.detach())
 
     def hidden(self, idx, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
         """idx (B, T) -> the final LayerNorm's output (B, T, d_model), what the head turns into logits.
@@ -239,12 +263,14 @@ class Andrea(nn.Module):
             x = block(x, causal=causal, visible_keys=visible_keys)
         return self.ln_f(x)  # (B, T, d_model)
 
-    def _chunked_loss(self, x, targets):
-        """The plain path's loss without its (B*T, V) logits; GEMMs in the dtype the head would use."""
+    def _chunked_loss(self, x, targets, z_loss: float = 0.0):
+        """The plain path's loss without its (B*T, V) logits, and the logits' stats; GEMMs in the dtype the head
+        would use."""
         device_type = x.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
         rows = x.reshape(-1, x.size(-1)).to(dtype)  # (B*T, d_model)
-        return linear_cross_entropy(rows, self.head.weight.to(dtype), targets.reshape(-1), self.cfg.loss_chunk_rows)
+        return linear_cross_entropy_with_stats(rows, self.head.weight.to(dtype), targets.reshape(-1),
+                                               self.cfg.loss_chunk_rows, z_loss)
 
     def set_capture(self, on: bool) -> list[dict]:
         """Switch every layer to the explicit path and return the per-layer stage dicts (or clear them)."""

@@ -1,7 +1,9 @@
 """Section "Logit growth and its fixes": the `extras` experiment (d_k x divisor sqrt / inv (1/d_k) x
 QK-LayerNorm off / on, over LRs). Per (d_k, fix): the largest LR that trains, the final loss per LR, the LR
-sensitivity (lr.lr_sensitivity, per seed then mean), and curves over steps of the max logit
-(attn/score_max), the spectral norm of scale * W_q W_k^T (attn/qk_spectral) and the attention entropy."""
+sensitivity (lr.lr_sensitivity, per seed then mean), and curves over steps of the largest attention logit (the true
+maximum over heads and layers where the runs logged it: report.largest), the spectral norm of scale * W_q W_k^T
+(attn/qk_spectral) and the attention entropy, and whether the cell's attention collapsed (report.collapse).
+experiments/README.md sets the papers' findings beside these numbers."""
 
 from __future__ import annotations
 
@@ -10,15 +12,18 @@ from pathlib import Path
 from andrea_exp.report import figures
 from andrea_exp.report.bestlr import capped_final
 from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.collapse import RULE as COLLAPSE_RULE
+from andrea_exp.report.collapse import cell_collapsed
 from andrea_exp.report.effects import References, references, trains_rule
 from andrea_exp.report.effects import trains as trains_on_scale
+from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.lr import lr_sensitivity
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.runs import metric_keys as mk
 
 EXPERIMENT = "extras"
-CURVE_KEYS = (mk.ATTN_SCORE_MAX, mk.ATTN_QK_SPECTRAL, mk.ATTN_ENTROPY)
+CURVE_KEYS = (mk.ATTN_SCORE_MAX, mk.ATTN_QK_SPECTRAL, mk.ATTN_ENTROPY)  # the first: logit_key of the runs
 BASELINE = "scale=sqrt ln=False"
 
 
@@ -72,17 +77,18 @@ def shared_lrs(groups: dict, d_k) -> list[float]:
     return sorted(set.intersection(*sets)) if sets else []
 
 
-def growth_row(by_lr: dict[float, Cell], lr: float) -> list[str]:
+def growth_row(by_lr: dict[float, Cell], lr: float, keys=CURVE_KEYS) -> list[str]:
     """At one LR: the max logit at step 0, its largest mean over training and at the last probe; the spectral
-    norm of the logit form at step 0 and last; the entropy at step 0 and last (means over seeds)."""
+    norm of the logit form at step 0 and last; the entropy at step 0 and last (means over seeds). keys: the
+    logit's key first (logit_key), then CURVE_KEYS' others."""
     out = []
-    for key in CURVE_KEYS:
+    for key in keys:
         points = curve(by_lr[lr], key) if lr in by_lr else []
         if not points:
-            out += ["-"] * (3 if key == mk.ATTN_SCORE_MAX else 2)
+            out += ["-"] * (3 if key == keys[0] else 2)
             continue
         first, last = points[0], points[-1]
-        if key == mk.ATTN_SCORE_MAX:
+        if key == keys[0]:
             top = max(points, key=lambda p: p[1])
             out += [f"{first[1]:.3g}", f"{top[1]:.3g} (step {top[0]})", f"{last[1]:.3g} (step {last[0]})"]
         else:
@@ -116,6 +122,8 @@ def growth_section(cells: list[Cell], fig_path: Path, refs: dict[str, References
     d_ks = sorted({d for d, _ in groups})
     shared = {d_k: shared_lrs(groups, d_k) for d_k in d_ks}  # per d_k, not per row: every row of it shares them
     curve_at = {d_k: curve_lr(groups, d_k, ref) for d_k in d_ks}
+    logit = logit_key(run for by_lr in groups.values() for c in by_lr.values() for run in c.runs)
+    keys = (logit, *CURVE_KEYS[1:])
     rows, growth_rows = [], []
     for (d_k, fix), by_lr in groups.items():
         good = [lr for lr, c in by_lr.items() if trains(c, ref)]
@@ -125,23 +133,28 @@ def growth_section(cells: list[Cell], fig_path: Path, refs: dict[str, References
             value = f"never trains: not ranked ({value})"
         rows.append([d_k, fix, f"{max(good):g}" if good else "none", *losses,
                      f"{value} over lr {', '.join(f'{lr:g}' for lr in shared[d_k])}"])
-        growth_rows.append([d_k, fix, f"{curve_at[d_k]:g}", *growth_row(by_lr, curve_at[d_k])])
+        at = by_lr.get(curve_at[d_k])
+        collapsed = cell_collapsed(at.runs, ref) if at is not None else None
+        growth_rows.append([d_k, fix, f"{curve_at[d_k]:g}", *growth_row(by_lr, curve_at[d_k], keys),
+                            "not measured" if collapsed is None else "yes" if collapsed else "no"])
     table = md_table(["d_k", "fix", "largest LR that trains", *[f"loss at lr={lr:g}" for lr in lrs],
                       "LR sensitivity (over the LRs every row of the d_k ran)"], rows)
     growth_table = md_table(["d_k", "fix", "lr", "max logit, step 0", "max logit, largest", "max logit, last",
-                             "qk_spectral, step 0", "qk_spectral, last", "entropy, step 0", "entropy, last"],
-                            growth_rows)
+                             "qk_spectral, step 0", "qk_spectral, last", "entropy, step 0", "entropy, last",
+                             "attention collapsed"], growth_rows)
     panels = []
     for d_k in d_ks:
         lr = curve_at[d_k]
-        for key in CURVE_KEYS:
+        for key in keys:
             series = {fix: curve(by_lr[lr], key) for (d, fix), by_lr in groups.items() if d == d_k and lr in by_lr}
             panels.append({"title": f"d_k={d_k}, lr={lr:g}: {key}", "xlabel": "step", "ylabel": key,
                            "series": {k: v for k, v in series.items() if v},
                            "logy": key != mk.ATTN_ENTROPY})
-    path = figures.line_panels(fig_path, panels, n_cols=len(CURVE_KEYS))
-    return intro + table + ("\n\nOver training (means over seeds of the probes' `attn/score_max`, `attn/qk_spectral` "
-                            "and `attn/entropy`) at, per d_k, the smallest LR at which the baseline "
-                            f"({BASELINE}) does not train, else the largest LR:\n\n" + growth_table +
+    path = figures.line_panels(fig_path, panels, n_cols=len(keys))
+    return intro + table + ("\n\nAttention logit growth (Dehghani et al. 2023; Wortsman et al. 2023) and entropy "
+                            f"collapse (Zhai et al. 2023) over training: means over seeds of the {logit_label(logit)}, "
+                            "`attn/qk_spectral` and `attn/entropy` at, per d_k, the smallest LR at which the baseline "
+                            f"({BASELINE}) does not train, else the largest LR; {COLLAPSE_RULE} (>= 2/3 of the seeds "
+                            "that can be read):\n\n" + growth_table +
                             f"\n\nThe same as curves: ![logit growth](figures/{path.name})\n")
 

@@ -18,12 +18,12 @@ from andrea_exp.report import reference
 from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.claims import all_statements
 from andrea_exp.report.effects import Place
+from andrea_exp.report.largest import logit_key as largest_logit_key
 from andrea_exp.report.repeats import data_warnings, epochs_text, train_tokens_text
 from andrea_exp.report.runs import Run, load_runs
 from andrea_exp.report.screen_figures import (
     curve_panels,
     dks,
-    per_step_or_probe,
     ref_lines,
     scaled_and_unscaled,
 )
@@ -51,8 +51,9 @@ def statements(runs: list[Run]) -> list[Statement]:
 
 
 def logit_key(cells: list) -> str:
-    """The largest logit at every step where every run logged it, else the probe's."""
-    return per_step_or_probe(cells, mk.ATTN_STEP_SCORE_MAX, mk.ATTN_SCORE_MAX)
+    """The largest logit, max over heads and layers, at every step where every run logged it, else the probe's
+    (report.largest)."""
+    return largest_logit_key(run for cell in cells for run in cell.runs)
 
 
 def figure(models: dict[str, Cells], out: Path) -> Path | None:

@@ -10,6 +10,7 @@ from andrea_exp.report import figures
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.effects import References, best_lr_cells, loss_or_l0, twins
 from andrea_exp.report.growth import curve
+from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.stats import stat
 from andrea_exp.report.verdicts import Cells, is_causal
 from andrea_exp.runs import metric_keys as mk
@@ -210,14 +211,14 @@ def every_step_or_probe(c: Cells, per_step: str, probe: str) -> str:
 
 def all_figures(c: Cells, out: Path) -> list[tuple[str, Path]]:
     """(caption, path) of every first-screen figure that has data."""
-    logit = every_step_or_probe(c, mk.ATTN_STEP_SCORE_MAX, mk.ATTN_SCORE_MAX)
+    logit = logit_key(run for cell in grid_cells(c) for run in cell.runs)  # the true maximum where logged
     entropy = every_step_or_probe(c, mk.ATTN_STEP_ENTROPY, mk.ATTN_ENTROPY)
     drawn = [
         ("final loss vs LR per d_k (best LR starred)", loss_vs_lr(c, out)),
         ("final loss vs d_k", loss_vs_dk(c, out)),
         ("training loss vs step (grid, causal)", per_dk_curves(c, out, "loss_vs_step.png",
                                                                [(mk.TRAIN_LOSS, "train/loss", False)], refs=True)),
-        (f"largest attention logit and row entropy vs step ({logit}, {entropy})", per_dk_curves(
+        (f"{logit_label(logit)} and row entropy (`{entropy}`) vs step", per_dk_curves(
             c, out, "logits_entropy.png", [(logit, logit, True), (entropy, entropy, False)])),
         ("dead gradient rows and median row gradient vs step", per_dk_curves(
             c, out, "row_gradients.png", [(mk.GRAD_SCORES_DEAD_FRAC, "grad/scores_dead_frac", False),

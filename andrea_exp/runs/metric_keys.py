@@ -34,6 +34,12 @@ TRAIN_TOKENS_PER_S = "train/tokens_per_s"
 TRAIN_GRAD_CLIP_FRAC = "train/grad_clip_frac"
 TRAIN_WORLD_SIZE = "train/world_size"
 GRAD_NORM = "grad/norm"
+# the output logits of the step's training batch (its loss path reduces them; Wortsman et al. 2023's
+# output-logit divergence shows as log Z drifting far from 0)
+TRAIN_OUT_LOGZ_MEAN = "train/out_logz_mean"
+TRAIN_OUT_LOGZ_MAX = "train/out_logz_max"
+TRAIN_OUT_LOGIT_MAX = "train/out_logit_max"
+TRAIN_Z_LOSS = "train/z_loss"
 
 # ---------------------------------------------------------------- attention of the training batch (train.attn_stats)
 ATTN_STEP = "attn_step"  # the namespace; per layer attn_step/L{l}/<stat>, per head attn_step/L{l}/H{h}/<stat>
@@ -66,6 +72,7 @@ ATTN_MAX_PROB = "attn/max_prob"
 ATTN_SATURATED_FRAC = "attn/saturated_frac"
 ATTN_SCORE_STD = "attn/score_std"
 ATTN_SCORE_MAX = "attn/score_max"
+ATTN_SCORE_MAX_MAX = "attn/score_max_max"
 ATTN_Q_STD = "attn/q_std"
 ATTN_K_STD = "attn/k_std"
 ATTN_JAC_NORM = "attn/jac_norm"
@@ -106,12 +113,18 @@ RUN_TIME = {phase: f"run/time/{phase}_s" for phase in ("setup", "steps", *LOOP_P
 RUN_STATUSES = ("finished", "diverged", "failed", "interrupted", "timeout")
 
 METRICS: tuple[Metric, ...] = (
-    _m(TRAIN_LOSS, "training loss of the step (mean token cross-entropy, averaged over processes)"),
+    _m(TRAIN_LOSS, "training loss of the step (mean token cross-entropy, plus train/z_loss when train.z_loss > 0, "
+                   "averaged over processes)"),
     _m(TRAIN_LR, "learning rate the step used (warmup, then cosine)"),
     _m(TRAIN_TOKENS, "tokens seen up to and including the step"),
     _m(TRAIN_TOKENS_PER_S, "training throughput over the logging window (evaluation and checkpoints excluded)"),
     _m(TRAIN_GRAD_CLIP_FRAC, "share of the window's steps whose gradient norm exceeded train.grad_clip"),
     _m(GRAD_NORM, "global L2 norm of all parameter gradients, before clipping"),
+    _m(TRAIN_OUT_LOGZ_MEAN, "log Z = logsumexp of a position's output logits, mean over the step's training positions "
+                            "(of the first process's share of the batch)"),
+    _m(TRAIN_OUT_LOGZ_MAX, "largest log Z over the step's training positions"),
+    _m(TRAIN_OUT_LOGIT_MAX, "largest absolute output logit over the step's training positions and the vocabulary"),
+    _m(TRAIN_Z_LOSS, "train.z_loss x mean log Z^2: what z-loss added to train/loss (logged when train.z_loss > 0)"),
     _m(ATTN_STEP_SCORE_MAX, "largest scaled pre-softmax score (attention logit) over visible entries of the step's "
                             "training batch (train.attn_stats); per layer the max over heads, pooled the max over "
                             "layers", True),
@@ -143,7 +156,10 @@ METRICS: tuple[Metric, ...] = (
     _m(ATTN_MAX_PROB, "largest probability of a row, mean over rows", True),
     _m(ATTN_SATURATED_FRAC, "share of rows whose largest probability exceeds 0.99", True),
     _m(ATTN_SCORE_STD, "std of the scaled pre-softmax scores over visible entries", True),
-    _m(ATTN_SCORE_MAX, "largest scaled pre-softmax score (attention logit) over visible entries", True),
+    _m(ATTN_SCORE_MAX, "largest scaled pre-softmax score (attention logit) over visible entries, per head; mean over "
+                       "heads and layers", True),
+    _m(ATTN_SCORE_MAX_MAX, "the largest attention logit itself: per layer the max over heads of attn/score_max's "
+                           "per-head value, pooled the max over layers", True),
     _m(ATTN_Q_STD, "std of the query components", True),
     _m(ATTN_K_STD, "std of the key components", True),
     _m(ATTN_JAC_NORM, "mean Frobenius norm of the softmax Jacobian diag(p) - p p^T over rows with >1 visible key",

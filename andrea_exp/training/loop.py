@@ -77,7 +77,10 @@ def build_model(cfg, vocab_size: int) -> Andrea:
         model = ModelSchema(**OmegaConf.to_container(cfg.model, resolve=True))
     if model.vocab_size is None:
         model.vocab_size = vocab_size
-    return Andrea(model)
+    built = Andrea(model)
+    # a training setting the model's loss applies (0 where a saved or test config predates it)
+    built.z_loss = float(getattr(getattr(cfg, "train", None), "z_loss", 0.0) or 0.0)
+    return built
 
 
 def describe_model(cfg, model: Andrea, device) -> str:
@@ -359,7 +362,8 @@ def train(settings: Config, run_dir: Path) -> dict:
     train_model = wrap_for_training(model, settings, rt)
     probe = build_probe(pc, model, held_out, run_dir, rt)
     params = [p for p in model.parameters() if p.requires_grad]
-    window, progress = LogWindow(settings.tokens_per_step, tc.grad_clip), Progress(settings, rt, st.step)
+    window = LogWindow(settings.tokens_per_step, tc.grad_clip, z_loss=model.z_loss)
+    progress = Progress(settings, rt, st.step)
     step = build_step(settings, rt, train_model, params, optimizer, scheduler, tc.grad_clip)
 
     if resumed is not None and st.step < tc.max_steps:
@@ -380,7 +384,7 @@ def train(settings: Config, run_dir: Path) -> dict:
                     measure_probe(probe, tracker, st, pc, window, clock)
                     x, y = data.batch(st.step, local_bs, settings.seed, rt.rank, rt.world_size)
                     stats.before_step(st.step)
-                    window.add(st.step, *step(x, y))
+                    window.add(st.step, *step(x, y), model.out_stats.clone())  # the output logits' stats
                     stats.after_step(st.step)
                     st.step += 1
                     progress.update()
