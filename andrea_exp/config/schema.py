@@ -366,6 +366,29 @@ GROUPS: tuple[str, ...] = tuple(GROUP_TYPES)
 SCIENTIFIC_KEYS: tuple[str, ...] = tuple(key for key, f in SETTINGS.items() if not f.metadata["operational"])
 
 
+def recorded_default(key: str):
+    """What a run recorded before scientific setting `key` existed ran as: its default (a setting is added with the
+    default that keeps earlier behaviour); MISSING where the schema has none (a yaml must set it)."""
+    f = SETTINGS.get(key)
+    if f is None or f.metadata["operational"] or f.default is dataclasses.MISSING:
+        return MISSING
+    return f.default
+
+
+def fill_later_settings(config: dict) -> dict:
+    """config (a run's resolved settings, nested dicts) with each scientific setting it lacks, in a group it holds,
+    at recorded_default: so a run recorded before the setting existed pools, resumes and names as one that set it
+    to that default."""
+    filled = {**config}
+    for key in SCIENTIFIC_KEYS:
+        group, _, name = key.rpartition(".")
+        if group and isinstance(filled.get(group), dict) and name not in filled[group]:
+            default = recorded_default(key)
+            if default is not MISSING:
+                filled[group] = {**filled[group], name: default}
+    return filled
+
+
 def is_scientific(dotted_key: str) -> bool:
     """False for the replicate (seed), naming, launcher, logging, cadence, device and probe settings.
 

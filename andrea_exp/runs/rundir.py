@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from andrea_exp.config.schema import fill_later_settings
 from andrea_exp.config.variants import canonical_scale
 
 METRICS_FILE = "metrics.jsonl"
@@ -47,7 +48,9 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 
 def canonical_config(config: dict) -> dict:
     """A resolved config (nested dicts) with model.scale spelled one way however it was typed (true or "sqrt"
-    -> "sqrt": variants.canonical_scale), so that summaries, the runs table and W&B group it as one value."""
+    -> "sqrt": variants.canonical_scale) and the scientific settings added since the run was recorded at their
+    defaults (schema.fill_later_settings), so that summaries, the runs table and W&B group it as one value."""
+    config = fill_later_settings(config)
     model = config.get("model")
     if isinstance(model, dict) and "scale" in model:
         return {**config, "model": {**model, "scale": canonical_scale(model["scale"])}}

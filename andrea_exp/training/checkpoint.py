@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
-from andrea_exp.config.schema import is_scientific
+from andrea_exp.config.schema import is_scientific, recorded_default
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.config.variants import canonical_scale
 from andrea_exp.runs.rundir import canonical_config, flatten
@@ -163,6 +163,8 @@ def check_settings(saved: dict | None, current: dict, path: Path) -> None:
         return  # a checkpoint written before settings were recorded: nothing to compare
     if SCALE_KEY in saved:  # recorded as typed (true or "sqrt") before settings were spelled one way
         saved = {**saved, SCALE_KEY: canonical_scale(saved[SCALE_KEY])}
+    earlier = {key: recorded_default(key) for key in current if key not in saved}  # settings added since the save
+    saved = {**{key: value for key, value in earlier.items() if value is not MISSING}, **saved}
     changed = [f"{key} {saved.get(key, '(unset)')} -> {current.get(key, '(unset)')}"
                for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
     if changed:
