@@ -29,7 +29,6 @@ from omegaconf import OmegaConf
 
 from andrea_exp.config.schema import ModelSchema
 from andrea_exp.data.epochs import epochs, repeat_line
-from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
 from andrea_exp.instruments.evaluate import evaluate, generate
 from andrea_exp.model.decoder import Andrea
@@ -39,6 +38,7 @@ from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.runs.tracking import Tracker
 from andrea_exp.training import checkpoint
+from andrea_exp.training.cell import build_cell
 from andrea_exp.training.graphed_step import GraphedStep, grad_norm, step_body, use_cuda_graph  # noqa: F401 (grad_norm: API)
 from andrea_exp.training.interrupts import Interrupted, StopRequest
 from andrea_exp.training.logwindow import LogWindow
@@ -351,34 +351,26 @@ def train(cfg, run_dir: Path) -> dict:
     SIGTERM (checkpoint and summary written), AlreadyFinished for a finished run, errors on real errors."""
     rt, s = setup_runtime(cfg), Settings.of(cfg)
     clock = PhaseClock(rt.device)
-    torch.manual_seed(s.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, s.seed).to(rt.device)
-    held_out = data.eval.tokens
-    model = build_model(cfg, data.vocab_size).to(rt.device)
+    ckpt_dir, settings = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(cfg)
+    resumed = load_resume_state(cfg, run_dir, settings, rt.is_main)
+    cell = build_cell(cfg, rt, resumed, ckpt_dir / checkpoint.LATEST)
+    data, model, optimizer, scheduler, stats, step = (cell.data, cell.model, cell.optimizer, cell.scheduler,
+                                                      cell.stats, cell.step)
     if rt.is_main:
         print(describe_model(cfg, model, rt.device), flush=True)
         repeat = repeat_line(s.max_steps, s.tokens_per_step, data.train_tokens)
         if repeat:
             print(repeat, flush=True)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
     local_bs = local_batch_size(cfg.train.batch_size, rt.world_size)
-    ckpt_dir, settings = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(cfg)
-    resumed = load_resume_state(cfg, run_dir, settings, rt.is_main)
     st = LoopState(DivergenceWatch(cfg.train.diverge_factor, cfg.train.diverge_patience))
     if resumed is not None:
-        checkpoint.restore(resumed, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=s.max_steps,
-                           path=ckpt_dir / checkpoint.LATEST)
         st.load_checkpoint(resumed)
         if rt.is_main:
             print(f"[andrea-exp] resuming {run_dir} from step {st.step}", flush=True)
     start_step = st.step  # this segment's first step: 0, or the checkpoint's
     tracker = Tracker(run_dir, cfg, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
-    stats = attn_stats.from_config(cfg, model)  # before compile and capture: it adds buffers to the model
-    train_model = wrap_for_training(model, cfg, rt)
-    probe = build_probe(cfg, model, held_out, run_dir, rt)
-    params = [p for p in model.parameters() if p.requires_grad]
+    probe = build_probe(cfg, model, data.eval.tokens, run_dir, rt)
     window, progress = LogWindow(s.tokens_per_step, s.grad_clip), Progress(cfg, rt, st.step)
-    step = build_step(cfg, rt, train_model, params, optimizer, scheduler, s.grad_clip)
 
     if resumed is not None and st.step < s.max_steps:
         for record in resumed["extra"].get("records_at_step", []):
