@@ -171,6 +171,7 @@ def run_probe_overhead(tmp_path: Path, device: str) -> dict:
     return data
 
 
+@pytest.mark.slow
 def test_probe_overhead_runs_on_the_cpu(tmp_path: Path):
     assert run_probe_overhead(tmp_path, "cpu")["gpu"] == "cpu"
 
