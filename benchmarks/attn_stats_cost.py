@@ -26,6 +26,7 @@ The kernel alone at the 120M layer shape (B 32, H 12, T 1024, d_k 64, bf16, caus
 
     PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --out benchmarks/results/attn_stats_h200.json   # H200: ~3 min
     PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --smoke --out /tmp/attn_stats_smoke.json       # CPU, seconds
+    PYTHONPATH=. python3 benchmarks/attn_stats_cost.py --smoke --device cuda --out /tmp/attn_stats_smoke.json
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ import torch
 
 from andrea_exp.instruments import attn_stats
 from andrea_exp.runs import metric_keys as K
-from andrea_exp.training.graphed_step import GraphedStep
 from benchmarks.claims_grid_speed import cell_overrides
-from benchmarks.common import build_cell, compose_cfg, git_commit, timed
+from benchmarks.common import CellRun, compose_cfg, git_commit, timed
 from benchmarks.throughput import Result, andrea_overrides, sync, timed_window
 
 TARGET_COST_PCT, GOAL_COST_PCT = 2.0, 1.0
@@ -61,7 +61,9 @@ FIRST_LOSSES = 20  # steps whose losses are compared on their own (compilation, 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, no compile (for tests)")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, on the CPU without compile (for tests)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default cuda, with --smoke cpu (cuda: compiled and graphed, and the kernel alone)")
     parser.add_argument("--pairs", type=int, default=4, help="rotations of timed windows, ANDREA-120M")
     parser.add_argument("--window", type=int, default=50, help="steps per timed window, ANDREA-120M")
     parser.add_argument("--warmup-steps", type=int, default=8, help="untimed steps per arm after compilation")
@@ -78,43 +80,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.smoke:
         args.pairs, args.window, args.warmup_steps = min(args.pairs, 2), 4, 2
         args.cell_pairs, args.cell_window = min(args.cell_pairs, 2), 4
+    if args.device is None:
+        args.device = "cpu" if args.smoke else "cuda"
     return args
 
 
-class Arm:
-    """One model trained by andrea_exp's pieces with the loop's statistics handling (attn_stats.from_config,
-    before_step / after_step, flush at every train.log_every steps); losses and the last attn_step row kept."""
-
-    def __init__(self, cfg):
-        self.rt, self.data, self.model, self.train_step, self.stats = build_cell(cfg)
-        self.batch_size, self.seed, self.log_every = cfg.train.batch_size, cfg.seed, cfg.train.log_every
-        self.step_no, self.window, self.losses, self.last_row = 0, [], [], {}
-
-    @property
-    def graphed(self) -> bool:
-        return isinstance(self.train_step, GraphedStep) and self.train_step.graph is not None
-
-    def step(self) -> None:
-        x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
-        self.stats.before_step(self.step_no)
-        loss, gn, _ = self.train_step(x, y)
-        self.stats.after_step(self.step_no)
-        self.window.append(torch.stack([loss, gn]))
-        self.step_no += 1
-        if len(self.window) >= self.log_every:
-            self.flush()
-
-    def flush(self) -> None:
-        """The loop's host sync and the rows it logs."""
-        if self.window:
-            self.losses.extend(row[0] for row in torch.stack(self.window).float().tolist())
-            self.window = []
-        rows = self.stats.flush()
-        if rows:
-            self.last_row = {"step": max(rows), **rows[max(rows)]}
-
-
-def stats_kernel_ms(arm: Arm, steps: int, device: torch.device) -> dict:
+def stats_kernel_ms(arm: CellRun, steps: int, device: torch.device) -> dict:
     """GPU time per step of all kernels and of the statistics kernels (names in STATS_KERNELS), from the profiler."""
     activity = torch.profiler.ProfilerActivity.CUDA if device.type == "cuda" else torch.profiler.ProfilerActivity.CPU
     sync(device)
@@ -146,11 +117,11 @@ def loss_comparison(a: list[float], b: list[float]) -> dict:
             "first_differing_step": first, "steps_compared": n}
 
 
-def warm(arm: Arm, steps: int) -> Arm:
+def warm(arm: CellRun, steps: int) -> CellRun:
     for _ in range(steps):
         arm.step()
     arm.flush()
-    sync(arm.rt.device)
+    sync(arm.cell.rt.device)
     return arm
 
 
@@ -162,7 +133,8 @@ def release() -> None:
 
 
 def andrea_120m(args, result: Result, say) -> None:
-    shape = argparse.Namespace(batch_size=32, seq_len=1024, vocab=50304, compile_mode="default", smoke=args.smoke)
+    shape = argparse.Namespace(batch_size=32, seq_len=1024, vocab=50304, compile_mode="default", smoke=args.smoke,
+                               device=args.device)
     if args.smoke:
         shape.batch_size, shape.seq_len, shape.vocab = 4, 32, 128
     base = andrea_overrides(shape) + ["probe.every=0"]
@@ -172,19 +144,20 @@ def andrea_120m(args, result: Result, say) -> None:
     throwaway = list(dict.fromkeys(GRAPH_OF[name] for name in ["off", *args.arms]))
     for name in throwaway:
         t0 = time.perf_counter()
-        graphed = warm(Arm(compose_cfg(base + ARMS[name])), warmup).graphed
+        graphed = warm(CellRun(compose_cfg(base + ARMS[name])), warmup).cell.graphed
         release()
         say(f"throwaway {name} model: built, warmed and dropped in {time.perf_counter() - t0:.1f} s, graphed {graphed}")
     arms = {}
     for name in args.arms:
         t0 = time.perf_counter()
-        arms[name] = warm(Arm(compose_cfg(base + ARMS[name])), warmup)
-        say(f"ANDREA arm {name}: built and warmed in {time.perf_counter() - t0:.1f} s, graphed {arms[name].graphed}")
-    control = warm(Arm(compose_cfg(base + ARMS["off"])), warmup)  # built last; not timed
-    device = arms["off"].rt.device
+        arms[name] = warm(CellRun(compose_cfg(base + ARMS[name])), warmup)
+        say(f"ANDREA arm {name}: built and warmed in {time.perf_counter() - t0:.1f} s, "
+            f"graphed {arms[name].cell.graphed}")
+    control = warm(CellRun(compose_cfg(base + ARMS["off"])), warmup)  # built last; not timed
+    device = arms["off"].cell.rt.device
     result.update(andrea_overrides=base, arms={name: ARMS[name] for name in arms}, window_steps=args.window,
                   throwaway_models=throwaway, control_arm=f"{CONTROL}: {ARMS['off']}, built after the others, untimed",
-                  graphed={**{name: arm.graphed for name, arm in arms.items()}, CONTROL: control.graphed})
+                  graphed={**{name: arm.cell.graphed for name, arm in arms.items()}, CONTROL: control.cell.graphed})
     for arm in arms.values():  # every arm at the same step, a multiple of every cadence
         while arm.step_no % 10:
             arm.step()
@@ -241,12 +214,13 @@ def claims_cells(args, result: Result, say) -> None:
     for d_k in (64, 4096):
         arms = {}
         for name in ("off", "every"):
-            arm = Arm(compose_cfg(cell_overrides(d_k, args.smoke) + ["train.progress=false"] + ARMS[name]))
+            arm = CellRun(compose_cfg(cell_overrides(d_k, args.smoke, args.device) + ["train.progress=false"]
+                                      + ARMS[name]))
             for _ in range(3 + args.warmup_steps):
                 arm.step()
             arms[name] = arm
             del arm
-        device = arms["off"].rt.device
+        device = arms["off"].cell.rt.device
         pairs = []
         for p in range(args.cell_pairs):
             order = ["off", "every"] if p % 2 == 0 else ["every", "off"]
@@ -254,7 +228,8 @@ def claims_cells(args, result: Result, say) -> None:
             pairs.append({name: 1e3 * seconds[name] / args.cell_window for name in ("off", "every")})
         off = statistics.median(p["off"] for p in pairs)
         every = statistics.median(p["every"] for p in pairs)
-        cells[str(d_k)] = {"attn_impl": arms["every"].model.blocks[0].attn.impl, "graphed": arms["every"].graphed,
+        cells[str(d_k)] = {"attn_impl": arms["every"].cell.model.blocks[0].attn.impl,
+                           "graphed": arms["every"].cell.graphed,
                            "ms_per_step_pairs": pairs, "off_ms": off, "every_ms": every,
                            "cost_pct": 100 * (every - off) / off}
         say(f"claims-grid cell d_k {d_k} ({cells[str(d_k)]['attn_impl']}): off {off:.3f} ms, every {every:.3f} ms "
@@ -268,14 +243,14 @@ def kernel_alone(args, result: Result, say) -> None:
     """At one 120M layer's shape: the statistics-only pass, the fused pass (attention and statistics) forward and
     forward + backward, against SDPA's forward and forward + backward at the same shape; the fused pass's output
     and gradients against SDPA's, and its statistics against the explicit pipeline in float64."""
-    if args.smoke or not torch.cuda.is_available():
+    if args.device != "cuda":
         return
     from torch.nn import functional as F
 
     from andrea_exp.model.step_stats import SATURATION, cudnn_backward_fits
     from andrea_exp.model.step_stats_kernel import launch_config
 
-    B, H, T, d = 32, 12, 1024, 64
+    B, H, T, d = 4 if args.smoke else 32, 12, 1024, 64
     scale = d ** -0.5
     gen = torch.Generator(device="cuda").manual_seed(0)
     qkv = torch.randn(B, T, 3, H, d, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -343,8 +318,8 @@ def main(argv=None) -> dict:
     argv_used = sys.argv[1:] if argv is None else list(argv)
     result = Result(args.out, {
         "command": "PYTHONPATH=. python3 benchmarks/attn_stats_cost.py " + " ".join(argv_used),
-        "commit": git_commit(), "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and not args.smoke
-        else "cpu", "torch": torch.__version__, "smoke": args.smoke, "target_cost_pct": TARGET_COST_PCT,
+        "commit": git_commit(), "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__, "smoke": args.smoke, "target_cost_pct": TARGET_COST_PCT,
         "goal_cost_pct": GOAL_COST_PCT, "keys": sorted(attn_stats.KEYS.values()),
         "pooled_note": f"{K.ATTN_STEP}/score_max and max_prob_max: max over heads and layers; the rest: means"})
     kernel_alone(args, result, say)

@@ -14,6 +14,7 @@ the graph changes anything (tests/test_graphed_step.py compares them under deter
 
     PYTHONPATH=. python3 benchmarks/claims_grid_speed.py --out benchmarks/results/claims_grid_speed_h200.json
     PYTHONPATH=. python3 benchmarks/claims_grid_speed.py --smoke --out /tmp/x.json  # CPU, tiny, eager only
+    PYTHONPATH=. python3 benchmarks/claims_grid_speed.py --smoke --device cuda --out /tmp/x.json  # tiny, all modes
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from pathlib import Path
 import torch
 
 from andrea_exp.training.graphed_step import GraphedStep
-from andrea_exp.training.loop import local_batch_size
-from benchmarks.common import build_cell, compose_cfg, git_commit
+from benchmarks.common import compose_cfg, git_commit, warmed_cell
 
 D_KS = (64, 4096)
 ASSUMED_TFLOPS = 790.0  # dense bf16 on an H200 SXM, a realistic fraction of the 989 peak
@@ -35,20 +35,28 @@ ASSUMED_TFLOPS = 790.0  # dense bf16 on an H200 SXM, a realistic fraction of the
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, eager only (for tests)")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, on the CPU eager only (for tests)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default cuda, with --smoke cpu (cuda: eager, graphed and eager again)")
     parser.add_argument("--steps", type=int, default=60, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps per mode (graph capture included)")
     parser.add_argument("--tflops", type=float, default=ASSUMED_TFLOPS, help="assumed bf16 rate for the bound")
     parser.add_argument("--out", type=Path, required=True, help="JSON result")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.device is None:
+        args.device = "cpu" if args.smoke else "cuda"
+    return args
 
 
-def cell_overrides(d_k: int, smoke: bool) -> list[str]:
+def cell_overrides(d_k: int, smoke: bool, device: str | None = None) -> list[str]:
+    """One claims-grid cell; smoke: tiny shapes, on the CPU unless `device` says otherwise."""
     base = ["logger.mode=disabled", "model=andrea_small", f"model.d_k={d_k}", "model.scale=true", "model.causal=true",
             "data.seq_len=128", "train.batch_size=32", "probe.every=0", "train.max_steps=1000"]
     if smoke:
         base += ["model.d_model=32", "model.n_layer=1", "model.block_size=16", "data.seq_len=16", "train.batch_size=4",
-                 "data.train_sequences=64", "data.eval_sequences=8", "train.device=cpu"]
+                 "data.train_sequences=64", "data.eval_sequences=8", f"train.device={device or 'cpu'}"]
+    elif device is not None:
+        base.append(f"train.device={device}")
     return base
 
 
@@ -61,21 +69,17 @@ def step_flops(cfg, params: int) -> float:
 def time_mode(cfg, graphed: bool, warmup: int, steps: int) -> dict:
     """Seconds per step and the timed steps' losses of one fresh model in one mode."""
     cfg.train.cuda_graph = graphed
-    rt, data, model, step, _ = build_cell(cfg)
-    if graphed and not isinstance(step, GraphedStep):
+    cell, batches = warmed_cell(cfg, steps, warmup)
+    if graphed and not isinstance(cell.step, GraphedStep):
         raise RuntimeError("train.cuda_graph=true did not give a graphed step")
-    bs = local_batch_size(cfg.train.batch_size, 1)
-    batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(warmup + steps)]
-    sync = torch.cuda.synchronize if rt.device.type == "cuda" else (lambda: None)
-    losses = [step(x, y)[0] for x, y in batches[:warmup]]
+    sync = torch.cuda.synchronize if cell.rt.device.type == "cuda" else (lambda: None)
     sync()
     started = time.perf_counter()
-    losses = [step(x, y)[0] for x, y in batches[warmup:]]
+    losses = [cell.step(x, y)[0] for x, y in batches]
     sync()
     seconds = (time.perf_counter() - started) / steps
-    captured = bool(getattr(step, "graph", None) is not None)
-    return {"s_per_step": seconds, "losses": torch.stack(losses).float().tolist(), "graph_replayed": captured,
-            "params": model.num_params()}
+    return {"s_per_step": seconds, "losses": torch.stack(losses).float().tolist(), "graph_replayed": cell.graphed,
+            "params": cell.model.num_params()}
 
 
 def main(argv=None) -> dict:
@@ -85,12 +89,12 @@ def main(argv=None) -> dict:
     print(f"[claims-grid-speed] arithmetic bound at an assumed {args.tflops:g} TFLOP/s (bf16, dense)", flush=True)
     result = {"commit": git_commit(), "assumed_tflops": args.tflops, "smoke": args.smoke,
               "flops_formula": "6 * params * tokens + 6 * n_layer * batch * n_head * T^2 * (d_k + d_v)",
-              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and not args.smoke else "cpu",
+              "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
               "cells": {}}
     for d_k in D_KS:
-        cfg = compose_cfg(cell_overrides(d_k, args.smoke))
+        cfg = compose_cfg(cell_overrides(d_k, args.smoke, args.device))
         eager = time_mode(cfg, False, args.warmup, args.steps)
-        on_gpu = torch.cuda.is_available() and not args.smoke
+        on_gpu = args.device == "cuda"
         graphed = time_mode(cfg, True, args.warmup, args.steps) if on_gpu else None
         repeat = time_mode(cfg, False, args.warmup, args.steps) if on_gpu else None
         flops = step_flops(cfg, eager["params"])

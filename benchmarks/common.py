@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: compose a run config with Hydra's API and read a run's throughput back."""
+"""Shared by the benchmarks: compose a run config with Hydra's API, train a run's cell step by step as the loop does,
+and read a run's throughput back."""
 
 from __future__ import annotations
 
@@ -20,39 +21,61 @@ def compose_cfg(overrides: list[str]):
         return validate(compose(config_name="config", overrides=overrides))
 
 
-def build_cell(cfg):
-    """(runtime, data on its device, model, step, attention statistics) for one run config, built as train()
-    builds them: the statistics (train.attn_stats) enabled before the step, since a CUDA graph or a compiled
-    model captures their buffers, then the step (a CUDA graph where train.cuda_graph allows one)."""
-    import torch
+class CellRun:
+    """A run's cell (andrea_exp.training.cell) trained one step at a time as train()'s loop takes a step: the
+    probe when due (with a run directory for its maps), the step's batch, the attention statistics around the
+    step, and every train.log_every steps the loop's one host sync (its LogWindow) and the statistics' rows.
+    Keeps each step's loss and the last statistics row; evaluation, checkpoints and logging are left out."""
 
-    from andrea_exp.data.sources import build_dataset
-    from andrea_exp.instruments import attn_stats
-    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
-    from andrea_exp.training.runtime import setup_runtime
+    def __init__(self, cfg, run_dir: Path | None = None):
+        from andrea_exp.training.cell import build_cell
+        from andrea_exp.training.logwindow import LogWindow
+        from andrea_exp.training.loop import build_probe
 
-    rt = setup_runtime(cfg)
-    torch.manual_seed(cfg.seed)
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
-    model = build_model(cfg, data.vocab_size).to(rt.device)
-    optimizer, scheduler = build_optimizer(model, cfg, rt.device)
-    stats = attn_stats.from_config(cfg.train, model)  # before the step: it adds buffers to the model
-    params = [p for p in model.parameters() if p.requires_grad]
-    step = build_step(cfg, rt, wrap_for_training(model, cfg, rt), params, optimizer, scheduler, cfg.train.grad_clip)
-    return rt, data, model, step, stats
+        self.cell = build_cell(cfg)
+        self.probe = None if run_dir is None else build_probe(cfg.probe, self.cell.model,
+                                                              self.cell.data.eval.tokens, run_dir, self.cell.rt)
+        self.probe_cfg, self.batch_size, self.seed = cfg.probe, cfg.train.batch_size, cfg.seed
+        self.log_every = cfg.train.log_every
+        self.window = LogWindow(cfg.tokens_per_step, cfg.train.grad_clip, z_loss=self.cell.model.z_loss)
+        self.step_no, self.probes_run, self.losses, self.last_row = 0, 0, [], {}
+
+    def step(self, with_probe: bool = True) -> None:
+        from andrea_exp.training.loop import probe_due
+
+        if with_probe and self.probe is not None and probe_due(self.step_no, self.probe_cfg):
+            self.probe.measure(self.step_no)
+            self.probes_run += 1
+        x, y = self.cell.data.batch(self.step_no, self.batch_size, self.seed)
+        self.cell.stats.before_step(self.step_no)
+        self.window.add(self.step_no, *self.cell.step(x, y))
+        self.cell.stats.after_step(self.step_no)
+        self.step_no += 1
+        if len(self.window) >= self.log_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """The loop's host sync and the rows it logs."""
+        from andrea_exp.runs.metric_keys import TRAIN_LOSS
+
+        self.losses.extend(row[TRAIN_LOSS] for _, row in self.window.flush())
+        rows = self.cell.stats.flush()
+        if rows:
+            self.last_row = {"step": max(rows), **rows[max(rows)]}
 
 
 def warmed_cell(cfg, timed_steps: int, warmup_steps: int = 5):
-    """build_cell's (runtime, data, model, step) after `warmup_steps` steps (the eager warm-up and, where
-    the step is graphed, its capture), with the next `timed_steps` batches already on the device."""
+    """(cell, batches): build_cell's cell after `warmup_steps` steps (the eager warm-up and, where the step is
+    graphed, its capture), with the next `timed_steps` batches already on the device."""
+    from andrea_exp.training.cell import build_cell
     from andrea_exp.training.loop import local_batch_size
 
-    rt, data, model, step, _ = build_cell(cfg)
+    cell = build_cell(cfg)
     bs = local_batch_size(cfg.train.batch_size, 1)
-    batches = [data.batch(i, bs, cfg.seed, 0, 1) for i in range(warmup_steps + timed_steps)]
+    batches = [cell.data.batch(i, bs, cfg.seed, 0, 1) for i in range(warmup_steps + timed_steps)]
     for x, y in batches[:warmup_steps]:
-        step(x, y)
-    return rt, data, model, step, batches[warmup_steps:]
+        cell.step(x, y)
+    return cell, batches[warmup_steps:]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

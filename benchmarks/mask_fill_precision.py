@@ -37,10 +37,10 @@ def fill_in_dtype() -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/mask_fill_precision.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     storage = fill_in_dtype()
     print("-1e9 in each dtype")
     print(f"{'dtype':6} {'largest finite':>15} {'cast of -1e9':>14}  masked_fill(-1e9)")
@@ -56,8 +56,10 @@ def main() -> None:
         print(f"{r['dtype']:6} {r['magnitude']:>8.0e} {r['softmax']:>8} {diff:>9} {future:>17} {nonfinite:>16}  "
               f"{r['fill_error'] or ''}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"storage": storage, "grid": grid}, indent=2, default=str))
+    result = {"storage": storage, "grid": grid}
+    args.out.write_text(json.dumps(result, indent=2, default=str))
     print(f"\nwrote {args.out}")
+    return result
 
 
 if __name__ == "__main__":

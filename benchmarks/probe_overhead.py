@@ -26,9 +26,8 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.data.sources import build_dataset
-from andrea_exp.instruments.probe import Probe
-from andrea_exp.training.loop import build_model, train
+from andrea_exp.training.cell import build_cell
+from andrea_exp.training.loop import build_probe, train
 from benchmarks.common import compose_cfg, git_commit, steady_throughput
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "probe_overhead.json"
@@ -64,14 +63,12 @@ def timed_run(overrides: list[str], warmup: int) -> dict:
     return figures
 
 
-def probe_ms(cfg, device: torch.device, repeats: int = 20) -> float:
+def probe_ms(cfg, repeats: int = 20) -> float:
     """Wall time of one Probe.measure on the run's model and probe batch, synchronised, after warm-up."""
-    data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed)
-    model = build_model(cfg, data.vocab_size).to(device)
-    tokens = data.eval.tokens[: cfg.probe.batch_size].to(device)
+    cell = build_cell(cfg)
     with tempfile.TemporaryDirectory() as tmp:
-        probe = Probe(model, tokens, cfg.probe, Path(tmp))
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        probe = build_probe(cfg.probe, cell.model, cell.data.eval.tokens, Path(tmp), cell.rt)
+        sync = torch.cuda.synchronize if cell.rt.device.type == "cuda" else (lambda: None)
         for _ in range(3):
             probe.measure(0)
         sync()
@@ -114,7 +111,7 @@ def main(argv=None) -> dict:
     cfg = compose_cfg(settings["on"])
     tokens_per_step = int(cfg.train.batch_size) * int(cfg.data.seq_len)
     step_ms = 1e3 * tokens_per_step / off
-    one_probe_ms = probe_ms(cfg, torch.device(args.device))
+    one_probe_ms = probe_ms(cfg)
     implied = 1.0 / (1.0 + one_probe_ms / (probe_every * step_ms))
     result = {
         "tokens_per_s_probe_on": on,

@@ -12,6 +12,7 @@ SDPA kernel at the model's attention shape, and ablations (--variant) of the fas
 
     PYTHONPATH=. python3 benchmarks/throughput.py                   # H200: about 3-4 minutes
     PYTHONPATH=. python3 benchmarks/throughput.py --smoke           # tiny shapes on CPU, seconds
+    PYTHONPATH=. python3 benchmarks/throughput.py --smoke --device cuda  # tiny shapes, compiled and graphed
 
 The same ANDREA-120M step with the training batch's attention statistics (train.attn_stats=every, and every
 10th step) against it without them, A/B in one process: benchmarks/attn_stats_cost.py (built on this file's pieces).
@@ -32,10 +33,9 @@ from pathlib import Path
 
 import torch
 
-from andrea_exp.instruments.probe import Probe
 from andrea_exp.model.attention import SDPA_BACKENDS, fused_attention
-from andrea_exp.training.graphed_step import WARMUP_STEPS, GraphedStep
-from benchmarks.common import build_cell, compose_cfg, git_commit, timed
+from andrea_exp.training.graphed_step import WARMUP_STEPS
+from benchmarks.common import CellRun, compose_cfg, git_commit, timed
 from benchmarks.reference_gpt import GPT, GPTConfig
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "throughput_h200.json"
@@ -46,7 +46,9 @@ DEFAULT_VARIANTS = ("model.loss_impl=plain", "model.fused_qkv=false")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, no compile (for tests)")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, on the CPU without compile (for tests)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="where both models train: default cuda, with --smoke cpu (cuda: compiled and graphed)")
     parser.add_argument("--pairs", type=int, default=4, help="A/B pairs of timed windows")
     parser.add_argument("--window", type=int, default=None, help="steps per timed window; default probe.every")
     parser.add_argument("--warmup-steps", type=int, default=8,
@@ -76,6 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.batch_size, args.seq_len, args.vocab = 4, 32, 128
         args.warmup_steps = min(args.warmup_steps, 2)
         args.pairs = min(args.pairs, 2)
+    if args.device is None:
+        args.device = "cpu" if args.smoke else "cuda"
     if args.out is None:
         args.out = Path(tempfile.gettempdir()) / "throughput_smoke.json" if args.smoke else DEFAULT_OUT
     if args.pairs < 1 or args.warmup_steps < 1 or (args.window is not None and args.window < 1):
@@ -88,55 +92,17 @@ def andrea_overrides(args) -> list[str]:
               f"model.block_size={args.seq_len}", f"data.train_sequences={8 * args.batch_size}",
               "data.eval_sequences=16", f"train.batch_size={args.batch_size}", "train.max_steps=100000",
               "logger.mode=disabled", "train.progress=false", f"train.compile_mode={args.compile_mode}"]
+    # on CUDA the compiled model captured with clipping and AdamW as one graph (auto leaves a compiled model eager)
+    device = ["train.device=cpu", "train.compile=false"] if args.device == "cpu" else \
+        ["train.device=cuda", "train.compile=true", "train.cuda_graph=true"]
     if args.smoke:
-        return ["model=andrea_tiny", *common, "train.device=cpu", "train.compile=false", "probe.every=3",
-                "data.eval_sequences=8"]
-    # the compiled model captured with clipping and AdamW as one graph (auto leaves a compiled model eager)
-    return ["model=andrea_120m", *common, "train.device=cuda", "train.compile=true", "train.cuda_graph=true"]
+        return ["model=andrea_tiny", *common, *device, "probe.every=3", "data.eval_sequences=8"]
+    return ["model=andrea_120m", *common, *device]
 
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-class AndreaRun:
-    """ANDREA trained by andrea_exp's pieces, one step at a time: the step train() builds (build_step: the
-    compiled model, captured with clipping and AdamW as one CUDA graph where train.cuda_graph allows), the
-    probe at conf/probe's cadence and train()'s one host sync per logging window."""
-
-    def __init__(self, cfg, run_dir: Path):
-        self.rt, self.data, self.model, self.train_step, _ = build_cell(cfg)
-        self.probe = None
-        if cfg.probe.every > 0:
-            self.probe = Probe(self.model, self.data.eval.tokens[: cfg.probe.batch_size], cfg.probe, run_dir)
-        self.batch_size, self.seed = cfg.train.batch_size, cfg.seed
-        self.log_every, self.probe_every = cfg.train.log_every, cfg.probe.every
-        self.step_no = 0
-        self.window: list[torch.Tensor] = []
-        self.losses: list[float] = []
-        self.probes_run = 0
-
-    @property
-    def graphed(self) -> bool:
-        return isinstance(self.train_step, GraphedStep) and self.train_step.graph is not None
-
-    def step(self, with_probe: bool = True) -> None:
-        if with_probe and self.probe is not None and self.step_no % self.probe_every == 0:
-            self.probe.measure(self.step_no)
-            self.probes_run += 1
-        x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
-        loss, gn, _ = self.train_step(x, y)
-        self.window.append(torch.stack([loss, gn]))
-        self.step_no += 1
-        if len(self.window) >= self.log_every:
-            self.flush()
-
-    def flush(self) -> None:
-        """The loop's one host sync per logging window."""
-        if self.window:
-            self.losses.extend(row[0] for row in torch.stack(self.window).float().tolist())
-            self.window = []
 
 
 class ReferenceRun:
@@ -184,15 +150,17 @@ def resident_bytes(model, optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def peak_gb(fn, run) -> float | None:
-    """The run's memory while fn runs, in GB: its resident weights and optimiser state plus the peak that
-    fn allocates above what is allocated now (the other model, the data and caches left out)."""
-    device = next(run.model.parameters()).device
+def peak_gb(fn, model, optimizer) -> float | None:
+    """The memory of a model trained by `optimizer` while fn runs, in GB: its resident weights and optimiser
+    state plus the peak that fn allocates above what is allocated now (the other model, the data and caches left
+    out). None off CUDA, where the same steps run and the same resident bytes are counted."""
+    device = next(model.parameters()).device
+    resident = resident_bytes(model, optimizer)
     if device.type != "cuda":
         fn()
         return None
     sync(device)
-    base = torch.cuda.memory_allocated(device) - resident_bytes(run.model, run.optimizer)
+    base = torch.cuda.memory_allocated(device) - resident
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     sync(device)
@@ -276,7 +244,7 @@ def main(argv=None) -> dict:
     started = time.perf_counter()
     cfg = compose_cfg(andrea_overrides(args) + args.override)
     window = args.window or (cfg.probe.every if cfg.probe.every > 0 else 100)
-    device_name = "cpu" if args.smoke else torch.cuda.get_device_name()
+    device_name = "cpu" if args.device == "cpu" else torch.cuda.get_device_name()
     argv_used = sys.argv[1:] if argv is None else list(argv)
     result = Result(args.out, {
         "command": "PYTHONPATH=. python3 benchmarks/throughput.py " + shlex.join(argv_used),
@@ -291,13 +259,14 @@ def main(argv=None) -> dict:
         print(f"[throughput {time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
     tmp = tempfile.TemporaryDirectory()
-    andrea = AndreaRun(cfg, Path(tmp.name))
-    device = andrea.rt.device
-    reference = ReferenceRun(cfg, andrea.data, device, andrea.rt.autocast, args.compile_mode, cfg.train.compile)
-    say(f"ANDREA {andrea.model.num_params():,} parameters, reference {reference.model.num_params():,}; "
+    andrea = CellRun(cfg, Path(tmp.name))
+    device = andrea.cell.rt.device
+    reference = ReferenceRun(cfg, andrea.cell.data, device, andrea.cell.rt.autocast, args.compile_mode,
+                             cfg.train.compile)
+    say(f"ANDREA {andrea.cell.model.num_params():,} parameters, reference {reference.model.num_params():,}; "
         f"{device_name}, torch {torch.__version__}")
-    result.update(params=andrea.model.num_params(), reference_params=reference.model.num_params(),
-                  model_config={k: v for k, v in vars(andrea.model.cfg).items()})
+    result.update(params=andrea.cell.model.num_params(), reference_params=reference.model.num_params(),
+                  model_config={k: v for k, v in vars(andrea.cell.model.cfg).items()})
 
     if not args.no_sdpa_sweep:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -309,23 +278,29 @@ def main(argv=None) -> dict:
     # peaks: the first COMPILE_STEPS steps compile (a one-off transient, reported apart); the steps after them
     # include the graph's capture, whose allocations are the replayed step's memory
     t0 = time.perf_counter()
-    reference_compile_peak = peak_gb(lambda: [reference.step() for _ in range(COMPILE_STEPS)], reference)
-    reference_peak = peak_gb(lambda: [reference.step() for _ in range(args.warmup_steps)], reference)
+    reference_compile_peak = peak_gb(lambda: [reference.step() for _ in range(COMPILE_STEPS)], reference.model,
+                                     reference.optimizer)
+    reference_peak = peak_gb(lambda: [reference.step() for _ in range(args.warmup_steps)], reference.model,
+                             reference.optimizer)
     compile_ref_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    andrea_compile_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(COMPILE_STEPS)], andrea)
-    andrea_train_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(args.warmup_steps)], andrea)
+    andrea_compile_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(COMPILE_STEPS)],
+                                  andrea.cell.model, andrea.cell.optimizer)
+    andrea_train_peak = peak_gb(lambda: [andrea.step(with_probe=False) for _ in range(args.warmup_steps)],
+                                andrea.cell.model, andrea.cell.optimizer)
     if andrea.probe is not None:
         andrea.probe.measure(andrea.step_no)  # the probe's first call (eager kernels, handles) is warm-up too
     andrea_probe_peak = None
     if andrea.probe is not None:
-        andrea_probe_peak = peak_gb(lambda: andrea.probe.measure(andrea.step_no), andrea)
+        andrea_probe_peak = peak_gb(lambda: andrea.probe.measure(andrea.step_no), andrea.cell.model,
+                                    andrea.cell.optimizer)
     compile_andrea_s = time.perf_counter() - t0
     if andrea.probe is not None:  # what one probe costs: a window of probe.every steps pays it once
         result.update(probe_ms=1e3 * timed(lambda: andrea.probe.measure(andrea.step_no), 3, lambda: sync(device)))
         say(f"one probe: {result.data['probe_ms']:.1f} ms")
     peaks = [p for p in (andrea_train_peak, andrea_probe_peak) if p is not None]
-    result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s}, andrea_step_graphed=andrea.graphed,
+    result.update(warmup_s={"reference": compile_ref_s, "andrea": compile_andrea_s},
+                  andrea_step_graphed=andrea.cell.graphed,
                   reference_peak_mem_gb=reference_peak, peak_mem_gb=max(peaks) if peaks else None,
                   andrea_train_step_peak_mem_gb=andrea_train_peak, andrea_probe_peak_mem_gb=andrea_probe_peak,
                   compile_peak_mem_gb={"reference": reference_compile_peak, "andrea": andrea_compile_peak},
@@ -351,8 +326,8 @@ def main(argv=None) -> dict:
         result.update(profile=profiles)
 
     # align ANDREA's step count so each window of probe.every steps starts with a probe
-    if andrea.probe is not None and window % andrea.probe_every == 0:
-        while andrea.step_no % andrea.probe_every:
+    if andrea.probe is not None and window % cfg.probe.every == 0:
+        while andrea.step_no % cfg.probe.every:
             andrea.step(with_probe=False)
     pairs = []
     for i in range(args.pairs):
@@ -391,11 +366,12 @@ def main(argv=None) -> dict:
             release(andrea)
             andrea = None
             vcfg = compose_cfg(andrea_overrides(args) + args.override + spec.split(","))
-            run = AndreaRun(vcfg, Path(tmp.name))
+            run = CellRun(vcfg, Path(tmp.name))
             for _ in range(COMPILE_STEPS):
                 run.step(with_probe=False)
-            vpeak = peak_gb(lambda: [run.step(with_probe=False) for _ in range(args.warmup_steps)], run)  # noqa: B023
-            while run.probe is not None and run.step_no % run.probe_every:
+            vpeak = peak_gb(lambda: [run.step(with_probe=False) for _ in range(args.warmup_steps)],  # noqa: B023
+                            run.cell.model, run.cell.optimizer)
+            while run.probe is not None and run.step_no % vcfg.probe.every:
                 run.step(with_probe=False)
             t_ref = timed_window(reference, window, device)
             t_run = timed_window(run, window, device)
@@ -403,7 +379,7 @@ def main(argv=None) -> dict:
             common = min(len(run.losses), len(headline_losses))
             variants[spec] = {"tokens_per_s": tokens_per_s(tokens_per_window, t_run),
                               "reference_tokens_per_s": tokens_per_s(tokens_per_window, t_ref),
-                              "ratio": t_ref / t_run, "train_step_peak_mem_gb": vpeak, "step_graphed": run.graphed,
+                              "ratio": t_ref / t_run, "train_step_peak_mem_gb": vpeak, "step_graphed": run.cell.graphed,
                               # the same batches from the same seed: a fast path must not change the losses
                               "loss_max_abs_diff_vs_headline": max(abs(a - b) for a, b in zip(
                                   run.losses[:common], headline_losses[:common])) if common else None,

@@ -432,19 +432,19 @@ def test_the_loop_logs_no_statistics_when_off(tmp_path):
 def train_steps(cfg, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Each step's loss and the final parameters of `steps` steps of the step train() builds, the statistics
     handled as the loop handles them (before_step / after_step, flush at train.log_every)."""
-    from benchmarks.common import build_cell
+    from andrea_exp.training.cell import build_cell
 
-    _, data, model, step, stats = build_cell(validate(cfg))  # as train() builds them
+    cell = build_cell(validate(cfg))  # as train() builds them
     losses = []
     for i in range(steps):
-        x, y = data.batch(i, cfg.train.batch_size, cfg.seed)
-        stats.before_step(i)
-        loss, _, _ = step(x, y)
-        stats.after_step(i)
+        x, y = cell.data.batch(i, cfg.train.batch_size, cfg.seed)
+        cell.stats.before_step(i)
+        loss, _, _ = cell.step(x, y)
+        cell.stats.after_step(i)
         losses.append(loss.item())
         if (i + 1) % cfg.train.log_every == 0:
-            stats.flush()
-    return losses, {name: p.detach().clone() for name, p in model.named_parameters()}
+            cell.stats.flush()
+    return losses, {name: p.detach().clone() for name, p in cell.model.named_parameters()}
 
 
 def assert_same_training(*overrides: str, steps: int = 6) -> None:
@@ -665,9 +665,10 @@ def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass()
     runs = {}
     for name in ("fused", "separate"):
         cfg = gpu_config("train.cuda_graph=false", f"train.attn_stats_pass={name}")
-        from benchmarks.common import build_cell
+        from andrea_exp.training.cell import build_cell
 
-        _, data, model, step, stats = build_cell(validate(cfg))
+        cell = build_cell(validate(cfg))
+        data, model, step, stats = cell.data, cell.model, cell.step, cell.stats
         losses, recorded, kernels = [], [], set()
         for i in range(6):
             x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)
@@ -700,9 +701,10 @@ def gpu_config(*overrides: str):
 def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(each step's recorded statistics, each step's reference from the explicit pipeline on the weights and
     batch the step's forward saw) for `steps` steps of the step train() builds."""
-    from benchmarks.common import build_cell
+    from andrea_exp.training.cell import build_cell
 
-    _, data, model, step, stats = build_cell(validate(cfg))  # as train() builds them
+    cell = build_cell(validate(cfg))  # as train() builds them
+    data, model, step, stats = cell.data, cell.model, cell.step, cell.stats
     got, ref = [], []
     for i in range(steps):
         x, y = data.batch(i, cfg.train.batch_size, cfg.seed, 0, 1)
@@ -728,28 +730,3 @@ def test_training_steps_record_the_explicit_pipelines_values(mode):
         for li in range(len(got[i])):
             assert_close(got[i][li], ref[i][li], 8 * 64, rel=BF16_REL, saturated_rows=4, saturated_share=0.01,
                          where=f"{mode} step {i} layer {li}")
-
-
-# ---------------------------------------------------------------- the cost benchmark (CPU smoke)
-
-
-def test_cost_benchmark_smoke_writes_the_result(tmp_path):
-    from benchmarks.attn_stats_cost import main
-
-    out = tmp_path / "attn_stats.json"
-    data = main(["--smoke", "--arms", "off,every", "--cell-pairs", "1", "--out", str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(data))
-    assert set(data["cost"]) == {"every"} and len(data["pairs"]) == 2
-    # the arms start alike (throwaway models first, one per graph) and a second off arm is the yardstick
-    assert data["throwaway_models"] == ["off", "every"]
-    assert set(data["losses_vs_off"]) == {"every", "control"} and set(data["losses"]) == {"off", "every", "control"}
-    steps = len(data["losses"]["off"])
-    assert steps >= 10 and all(len(losses) == steps for losses in data["losses"].values())
-    for name in ("every", "control"):  # the statistics never change training: bitwise, at every step
-        assert data["losses_vs_off"][name]["first_differing_step"] is None
-        assert data["losses_vs_off"][name]["max_abs_diff"] == 0.0
-        assert data["losses_vs_off"][name]["steps_compared"] == steps
-    assert data["losses"]["every"] == data["losses"]["off"]
-    assert data["last_logged_stats"]["every"][K.ATTN_STEP_SCORE_MAX] > 0
-    assert set(data["claims_grid_cells"]) == {"64", "4096"}
-    assert data["claims_grid_cells"]["4096"]["attn_impl"] == "bilinear"

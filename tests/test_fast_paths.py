@@ -3,7 +3,6 @@ a forced SDPA kernel. Each is checked against an independent computation, then f
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -242,50 +241,6 @@ def test_bad_settings_name_the_setting(key, value, allowed):
 def test_bad_chunk_rows_names_the_setting():
     with pytest.raises(ValueError, match=r"model\.loss_chunk_rows must be an integer >= 1; got 0"):
         Andrea(ModelConfig(**BASE, loss_chunk_rows=0))
-
-
-def test_benchmark_step_reproduces_train_losses(tmp_path: Path):
-    """benchmarks/throughput.py repeats the train loop's step: same losses as train() for the same settings."""
-    from andrea_exp.training.loop import train
-    from benchmarks.common import compose_cfg
-    from benchmarks.throughput import AndreaRun
-
-    overrides = ["model=andrea_tiny", "train.device=cpu", "train.max_steps=6", "train.log_every=2",
-                 "train.eval_every=0", "train.sample_tokens=0", "probe.every=3", "probe.maps_every=0",
-                 "logger.mode=disabled", "train.progress=false", "data.train_sequences=64", "data.eval_sequences=8"]
-    cfg = compose_cfg(overrides)
-    (tmp_path / "train").mkdir()
-    train(cfg, tmp_path / "train")
-    logged = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
-    by_step = {r["step"]: r["train/loss"] for r in logged if "train/loss" in r}
-    run = AndreaRun(compose_cfg(overrides), tmp_path / "bench")
-    for _ in range(6):
-        run.step()
-    run.flush()
-    assert run.probes_run == 2
-    assert run.losses == pytest.approx([by_step[s] for s in range(6)], rel=1e-6)
-
-
-def test_throughput_smoke_writes_the_result(tmp_path: Path):
-    from benchmarks.throughput import main
-
-    out = tmp_path / "t.json"
-    data = main(["--smoke", "--pairs", "2", "--variant", "model.fused_qkv=false", "--out", str(out)])
-    written = json.loads(out.read_text())
-    assert written["ratio"] == data["ratio"] > 0
-    assert len(written["pairs"]) == 2 and all(p["probes_in_window"] == 1 for p in written["pairs"])
-    for key in ("tokens_per_s", "reference_tokens_per_s", "peak_mem_gb", "reference_peak_mem_gb", "commit",
-                "gpu", "torch", "command", "sdpa_backends_ms"):
-        assert key in written, key
-    assert written["params"] == written["reference_params"]  # same shapes, same parameter count
-    assert "ratio" in written["variants"]["model.fused_qkv=false"]
-
-
-def test_reference_gpt_has_andrea_120m_parameter_count():
-    from benchmarks.reference_gpt import GPT, GPTConfig
-
-    with torch.device("meta"):
-        assert GPT(GPTConfig()).num_params() == 124_439_040  # ANDREA-120M's count (tests/test_model.py)
 
 
 def test_head_major_explicit_path_trains_like_sdpa_under_bf16_autocast():

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -197,39 +195,3 @@ def test_a_failed_capture_under_auto_falls_back_to_eager_in_one_line(monkeypatch
     run.graphed = "auto"
     assert_same(eager, run.steps(0, 8))
     assert run.step.graph is None and len(lines) == 1 and "capture refused" in lines[0] and "\n" not in lines[0]
-
-
-def test_claims_grid_speed_smoke_writes_the_result(tmp_path: Path):
-    from benchmarks.claims_grid_speed import main, step_flops
-
-    out = tmp_path / "speed.json"
-    data = main(["--smoke", "--out", str(out)])
-    assert out.is_file() and set(data["cells"]) == {"64", "4096"}
-    cell = data["cells"]["64"]
-    assert cell["eager_ms"] > 0 and cell["bound_ms"] > 0 and "graphed_ms" not in cell  # no graph on CPU
-    # hand count: 6 * params * tokens + 6 * L * B * H * T^2 * (d_k + d_v)
-    cfg = config("model.n_layer=3", "model.n_head=2", "model.d_k=5", "model.d_v=7", "train.batch_size=4",
-                 "data.seq_len=10")
-    assert step_flops(cfg, 1000) == 6 * 1000 * 40 + 6 * 3 * 4 * 2 * 100 * 12
-
-
-def test_cell_breakdown_smoke_writes_every_cell(tmp_path: Path):
-    from benchmarks.investigations.cell_breakdown import main
-
-    out = tmp_path / "breakdown.json"
-    data = main(["--smoke", "--out", str(out), "--set", "model.attn_impl=explicit"])
-    assert json.loads(out.read_text()) == data and data["overrides"] == ["model.attn_impl=explicit"]
-    assert set(data["cells"]) == {f"d_k={d} {m}" for d in (4, 8) for m in ("causal", "unmasked")}
-    for cell in data["cells"].values():
-        assert cell["step_ms"] > 0 and cell["eval_s"] > 0 and cell["probe_s"] > 0
-
-
-def test_concurrent_cells_smoke_times_every_mode(tmp_path: Path):
-    from benchmarks.investigations.concurrent_cells import main
-
-    out = tmp_path / "cc.json"
-    data = main(["--smoke", "--timeout", "600", "--out", str(out)])
-    assert json.loads(out.read_text()) == data and data["d_k"] == [4, 8] and data["steps"] == 3
-    assert len(data["alone_ms_per_step"]) == 2 and all(t > 0 for t in data["alone_ms_per_step"])
-    assert data["serial_s"] > 0 and data["streams_s"] > 0
-    assert data["speedup"] == pytest.approx(data["serial_s"] / data["streams_s"], rel=0.05)  # from unrounded times

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import stat
@@ -176,24 +175,3 @@ def test_idle_launcher_workers_are_ended():
     assert workers and all(w.is_alive() for w in workers)
     mps.stop_idle_workers()
     assert not any(w.is_alive() for w in workers)
-
-
-@pytest.mark.slow
-def test_grid_wall_times_a_real_local_sweep_per_setting(tmp_path: Path):
-    """benchmarks/investigations/grid_wall.py on the CPU: two tiny cells through the local_gpus launcher, plain and
-    with a variant's overrides (no probes); the time-stamped phases are in order and every cell finished."""
-    from benchmarks.investigations.grid_wall import main
-
-    out = tmp_path / "grid_wall.json"
-    data = main(["--smoke", "--mps", "false", "--variant", "no_probes probe.every=0",
-                 "--out", str(out)])
-    assert json.loads(out.read_text()) == data
-    assert [(run["mps"], run["variant"]) for run in data["runs"]] == [("false", "plain"), ("false", "no_probes")]
-    for run in data["runs"]:
-        assert run["rc"] == 0 and run["failed_lines"] == [] and run["mps_lines"] == []
-        assert 0 < run["jobs_launched_s"] < run["first_model_built_s"] < run["last_training_ended_s"] < run["wall_s"]
-        assert len(run["cells"]) == 2 and all(c["status"] == "finished" and c["wall_s"] > 0
-                                              for c in run["cells"].values())
-    plain, no_probes = data["runs"]
-    assert all(c["run/time/probes_s"] > 0 for c in plain["cells"].values())  # the variant's override took effect
-    assert all(c["run/time/probes_s"] == 0 for c in no_probes["cells"].values())

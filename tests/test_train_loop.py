@@ -118,10 +118,10 @@ def test_settings_hold_scientific_keys_only():
 def test_changed_settings_are_named_in_one_line():
     saved = {"model.d_k": 16, "train.lr": 0.003, "model.causal": True}
     with pytest.raises(checkpoint.CheckpointError) as err:
-        checkpoint.check_settings(saved, {"model.d_k": 8, "train.lr": 0.003, "data.order": 2}, Path("x.pt"))
+        checkpoint.check_settings(saved, {"model.d_k": 8, "train.lr": 0.003, "data.seq_len": 64}, Path("x.pt"))
     message = str(err.value)
-    assert "\n" not in message
-    assert "data.order (unset) -> 2, model.causal True -> (unset), model.d_k 16 -> 8;" in message
+    assert "\n" not in message  # data.seq_len has no default to assume for a checkpoint without it: unset
+    assert "data.seq_len (unset) -> 64, model.causal True -> (unset), model.d_k 16 -> 8;" in message
     assert "train.lr" not in message
     checkpoint.check_settings(saved, dict(saved), Path("x.pt"))  # the same settings pass
     checkpoint.check_settings(None, saved, Path("x.pt"))  # an older checkpoint without settings passes

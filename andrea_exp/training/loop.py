@@ -30,7 +30,6 @@ from omegaconf import OmegaConf
 
 from andrea_exp.config.schema import Config, ModelSchema, ProbeSchema, TrainSchema
 from andrea_exp.data.epochs import epochs, repeat_line
-from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
 from andrea_exp.instruments.evaluate import evaluate, generate
 from andrea_exp.model.decoder import Andrea
@@ -40,6 +39,7 @@ from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import CHECKPOINT_DIR, read_summary
 from andrea_exp.runs.tracking import Tracker
 from andrea_exp.training import checkpoint
+from andrea_exp.training.cell import build_cell
 from andrea_exp.training.graphed_step import GraphedStep, grad_norm, step_body, use_cuda_graph  # noqa: F401 (grad_norm: API)
 from andrea_exp.training.interrupts import Interrupted, StopRequest
 from andrea_exp.training.logwindow import LogWindow
@@ -336,35 +336,27 @@ def train(settings: Config, run_dir: Path) -> dict:
     tc, pc, record = settings.train, settings.probe, settings.record()
     rt = setup_runtime(settings)
     clock = PhaseClock(rt.device)
-    torch.manual_seed(settings.seed)
-    data = build_dataset(settings.data, settings.data.seq_len, settings.seed).to(rt.device)
-    held_out = data.eval.tokens
-    model = build_model(settings, data.vocab_size).to(rt.device)
+    ckpt_dir, scientific = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(record)
+    resumed = load_resume_state(tc, run_dir, scientific, rt.is_main)
+    cell = build_cell(settings, rt, resumed, ckpt_dir / checkpoint.LATEST)
+    data, model, optimizer, scheduler, stats, step = (cell.data, cell.model, cell.optimizer, cell.scheduler,
+                                                      cell.stats, cell.step)
     if rt.is_main:
         print(describe_model(settings, model, rt.device), flush=True)
         repeat = repeat_line(tc.max_steps, settings.tokens_per_step, data.train_tokens)
         if repeat:
             print(repeat, flush=True)
-    optimizer, scheduler = build_optimizer(model, settings, rt.device)
     local_bs = local_batch_size(tc.batch_size, rt.world_size)
-    ckpt_dir, scientific = run_dir / CHECKPOINT_DIR, checkpoint.scientific_settings(record)
-    resumed = load_resume_state(tc, run_dir, scientific, rt.is_main)
     st = LoopState(DivergenceWatch(tc.diverge_factor, tc.diverge_patience))
     if resumed is not None:
-        checkpoint.restore(resumed, model=model, optimizer=optimizer, scheduler=scheduler, max_steps=tc.max_steps,
-                           path=ckpt_dir / checkpoint.LATEST)
         st.load_checkpoint(resumed)
         if rt.is_main:
             print(f"[andrea-exp] resuming {run_dir} from step {st.step}", flush=True)
     start_step = st.step  # this segment's first step: 0, or the checkpoint's
     tracker = Tracker(run_dir, record, enabled=rt.is_main, resume_step=st.step if resumed is not None else None)
-    stats = attn_stats.from_config(tc, model)  # before compile and capture: it adds buffers to the model
-    train_model = wrap_for_training(model, settings, rt)
-    probe = build_probe(pc, model, held_out, run_dir, rt)
-    params = [p for p in model.parameters() if p.requires_grad]
+    probe = build_probe(pc, model, data.eval.tokens, run_dir, rt)
     window = LogWindow(settings.tokens_per_step, tc.grad_clip, z_loss=model.z_loss)
     progress = Progress(settings, rt, st.step)
-    step = build_step(settings, rt, train_model, params, optimizer, scheduler, tc.grad_clip)
 
     if resumed is not None and st.step < tc.max_steps:
         for record_at_step in resumed["extra"].get("records_at_step", []):

@@ -6,6 +6,7 @@ choice, flash forced, cuDNN forced) against the fused forward followed by PyTorc
 backward on its output and log-sum-exp; each pair's gradients against the float64 formula on two sequences.
 
     PYTHONPATH=. python3 benchmarks/investigations/attn_fwd_stats_backward.py --out /tmp/backward.json
+    PYTHONPATH=. python3 benchmarks/investigations/attn_fwd_stats_backward.py --batch-size 2 --out /tmp/backward.json
 """
 
 from __future__ import annotations
@@ -57,21 +58,23 @@ def fused_with(backward: str, lse_like: torch.Tensor | None, seed, offset):
     return Fused.apply
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    parser.add_argument("--batch-size", type=int, default=B, help="sequences timed (the gradients' check takes 2)")
+    args = parser.parse_args(argv)
+    batch = args.batch_size
     gen = torch.Generator(device="cuda").manual_seed(0)
-    qkv = torch.randn(B, T, 3, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    qkv = torch.randn(batch, T, 3, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     q, k, v = (qkv[:, :, i].transpose(1, 2).requires_grad_() for i in range(3))  # (B, H, T, D) views
-    grad = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [B, H, T, D]}
+    grad = torch.randn(batch, T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [batch, H, T, D]}
     lse_c, seed, offset = cudnn_layout(q, k, v)
     flag = torch.ones(1, dtype=torch.int32, device="cuda")
     with torch.no_grad():
         _, lse_f, _ = attention_with_stats(q, k, v, flag, SCALE, True, 0.99)
     result["cudnn_lse"] = {"shape": list(lse_c.shape), "stride": list(lse_c.stride()), "dtype": str(lse_c.dtype),
-                           "max_abs_diff_vs_fused_lse": (lse_c.reshape(B, H, T) - lse_f).abs().max().item(),
+                           "max_abs_diff_vs_fused_lse": (lse_c.reshape(batch, H, T) - lse_f).abs().max().item(),
                            "seed": [list(seed.shape), str(seed.device)]}
     print(result, flush=True)
 
@@ -113,6 +116,7 @@ def main() -> None:
             result["grad_max_abs_err_vs_float64"][name] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
         print(name, result["grad_max_abs_err_vs_float64"][name], flush=True)
     args.out.write_text(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":

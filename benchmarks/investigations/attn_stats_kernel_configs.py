@@ -10,6 +10,8 @@ model's), for d_k 64 and 256:
   in half precision, ex2.approx.f16x2), each with its largest error against the explicit pipeline in float64.
 
     PYTHONPATH=. python3 benchmarks/investigations/attn_stats_kernel_configs.py --out /tmp/configs.json
+    PYTHONPATH=. python3 benchmarks/investigations/attn_stats_kernel_configs.py --batch-size 2 --max-configs 2 \
+        --head-dims 64 --out /tmp/configs.json                                  # seconds: checks the script
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ VARIANT_BODIES = {
         m_block = tl.max(r, 1)
     m_new = tl.maximum(m_i, m_block)
     l_i = l_i + 1.0
-    return m_new, l_i, a_i
+    return m_new, l_i, a_i, r, m_new
 """,
     "no_entropy": """
     if MASKED:
@@ -56,7 +58,7 @@ VARIANT_BODIES = {
         p = tl.where(visible, p, 0.0)
     alpha = tl.math.exp2((m_i - m_safe) * qk_scale)
     l_i = alpha * l_i + tl.sum(p, 1)
-    return m_new, l_i, a_i
+    return m_new, l_i, a_i, p, alpha
 """,
 }
 EXP_F16X2 = '''
@@ -79,7 +81,7 @@ def variant_module(name: str):
         source = source.replace("@triton.jit\ndef _online_update", EXP_F16X2 + "@triton.jit\ndef _online_update", 1)
     elif name != "full":
         start = source.index(UPDATE_HEAD) + len(UPDATE_HEAD)
-        end = source.index("    return m_new, l_i, a_i\n", start) + len("    return m_new, l_i, a_i\n")
+        end = source.index("\n", source.index("    return m_new, l_i, a_i", start)) + 1
         source = source[:start] + VARIANT_BODIES[name] + source[end:]
     path = Path(tempfile.mkdtemp()) / f"stats_kernel_{name}.py"
     path.write_text(source)
@@ -125,17 +127,20 @@ def max_error(module, q, k, cfg: dict) -> dict:
     return {name: ((g - r).abs() / (1 + r.abs())).max().item() for name, g, r in zip(attn_stats.STATS, got, ref)}
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--head-dims", default="64,256")
-    args = parser.parse_args()
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-configs", type=int, default=None, help="time only the grid's first N configurations")
+    args = parser.parse_args(argv)
     started = time.perf_counter()
+    B = args.batch_size
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "shape": "B 32, H 12, T 1024, bf16, causal", "by_head_dim": {}}
+              "shape": f"B {B}, H 12, T 1024, bf16, causal", "by_head_dim": {}}
     full = variant_module("full")
     for d in (int(x) for x in args.head_dims.split(",")):
-        q, k, v = qk(32, 12, 1024, d)
+        q, k, v = qk(B, 12, 1024, d)
         entry = {"sdpa_forward_ms": do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                              warmup=25, rep=100, return_mode="median")}
         current = step_stats_kernel.launch_config(d, torch.bfloat16)
@@ -146,6 +151,8 @@ def main() -> None:
         for bm, bn, w, st in itertools.product((64, 128, 256), (32, 64, 128), (4, 8), (2, 3, 4)):
             if bm * bn > 128 * 128 or (bm == 256 and w == 4) or (not one_block and bn > 64):
                 continue
+            if args.max_configs is not None and len(grid) >= args.max_configs:
+                break
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=padded if one_block else 64, ONE_D_BLOCK=one_block,
                        num_warps=w, num_stages=st)
             try:
@@ -173,6 +180,7 @@ def main() -> None:
     result["total_s"] = time.perf_counter() - started
     args.out.write_text(json.dumps(result, indent=1))
     print(re.sub(r"\s+", " ", f"done in {result['total_s']:.0f} s"), flush=True)
+    return result
 
 
 if __name__ == "__main__":

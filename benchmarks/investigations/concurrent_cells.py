@@ -11,6 +11,7 @@ process and times `--steps` steps of every cell three ways:
 
     PYTHONPATH=. python3 benchmarks/investigations/concurrent_cells.py --d-k 64 64 64 64 --out /tmp/cc.json
     PYTHONPATH=. python3 benchmarks/investigations/concurrent_cells.py --smoke --out /tmp/cc.json   # CPU: shapes only
+    PYTHONPATH=. python3 benchmarks/investigations/concurrent_cells.py --smoke --device cuda --out /tmp/cc.json
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from benchmarks.common import compose_cfg, git_commit, warmed_cell
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (no streams: checks the script)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes, on the CPU (no streams: checks the script) unless --device cuda")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="with --smoke: default cpu")
     parser.add_argument("--d-k", type=int, nargs="+", default=[64, 64, 256, 256, 4096, 4096],
                         help="one cell per entry")
     parser.add_argument("--steps", type=int, default=100, help="timed steps per cell")
@@ -41,12 +44,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 class Cell:
-    def __init__(self, d_k: int, smoke: bool, steps: int, index: int):
-        overrides = cell_overrides(d_k, smoke) + [f"seed={index}"]
+    def __init__(self, d_k: int, smoke: bool, steps: int, index: int, device: str | None = None):
+        overrides = cell_overrides(d_k, smoke, device) + [f"seed={index}"]
         if smoke:
             overrides += ["model.n_head=2", "model.d_v=4"]
-        rt, _, _, self.step, self.batches = warmed_cell(compose_cfg(overrides), steps)
-        self.stream = torch.cuda.Stream(rt.device) if rt.device.type == "cuda" else None
+        cell, self.batches = warmed_cell(compose_cfg(overrides), steps)
+        self.step = cell.step
+        self.stream = torch.cuda.Stream(cell.rt.device) if cell.rt.device.type == "cuda" else None
 
     def on_stream(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
@@ -71,11 +75,12 @@ def main(argv=None) -> dict:
         faulthandler.dump_traceback_later(args.timeout, exit=True)
     if args.smoke:
         args.d_k, args.steps = [4, 8], 3
+        args.device = args.device or "cpu"
     cells = []
     for i, d_k in enumerate(args.d_k):
-        cells.append(Cell(d_k, args.smoke, args.steps, i))
+        cells.append(Cell(d_k, args.smoke, args.steps, i, args.device))
         print(f"[concurrent-cells] built cell {i} (d_k {d_k}): warm-up and capture done", flush=True)
-    cuda = torch.cuda.is_available() and not args.smoke
+    cuda = torch.cuda.is_available() and args.device != "cpu"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     # every mode replays the same timed batches; the models go on training (the figures are times only)
     alone = [timed(lambda c=c: [c.run(i) for i in range(args.steps)], sync) for c in cells]

@@ -234,11 +234,11 @@ def time_package_cell(d_k: int, steps: int, profile: bool = False) -> tuple[floa
     from benchmarks.claims_grid_speed import cell_overrides
     from benchmarks.common import compose_cfg, warmed_cell
 
-    _, _, _, step, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), 1 + steps + 10)
+    cell, batches = warmed_cell(compose_cfg(cell_overrides(d_k, False)), 1 + steps + 10)
     batch = iter(batches)  # a fresh batch every step, as in training
 
     def one_step():
-        step(*next(batch))
+        cell.step(*next(batch))
 
     ms = timed(one_step, steps, torch.cuda.synchronize) * 1e3
     return ms, profiled(one_step, 10) if profile else None
