@@ -252,7 +252,7 @@ def tiny_model(**fields) -> Andrea:
 
 
 def recorded(model) -> torch.Tensor:
-    return torch.stack([block.attn.step_stats.clone() for block in model.blocks])  # (L, N_STATS, H)
+    return torch.stack([block.attn.stats.values.clone() for block in model.blocks])  # (L, N_STATS, H)
 
 
 def captured_reference(model, idx) -> torch.Tensor:
@@ -306,10 +306,22 @@ def test_eval_no_grad_probe_and_visible_keys_forwards_leave_the_buffer_alone():
     assert not torch.equal(recorded(model), before)
 
 
+def test_statistics_enabled_on_a_model_in_eval_mode_wait_for_its_training_forward():
+    """The layer's statistics follow the layer's mode from the start (enable may come while the model evaluates)."""
+    model = tiny_model().eval()
+    attn_stats.enable(model)
+    idx = torch.randint(0, 32, (2, 16))
+    model(idx, idx)
+    assert recorded(model).isnan().all()
+    model.train()
+    model(idx, idx)
+    assert not recorded(model).isnan().any()
+
+
 def test_a_model_without_statistics_has_no_buffers_and_unchanged_state_dict():
     plain, enabled = tiny_model(), tiny_model()
     attn_stats.enable(enabled)
-    assert plain.blocks[0].attn.step_stats is None
+    assert plain.blocks[0].attn.stats is None
     assert plain.state_dict().keys() == enabled.state_dict().keys()  # checkpoints unchanged
     enabled.load_state_dict(plain.state_dict())
 
@@ -322,7 +334,7 @@ def test_a_compiled_model_records_the_eager_values():
     model(idx, idx)
     eager = recorded(model)
     for block in model.blocks:
-        block.attn.step_stats.zero_()
+        block.attn.stats.values.zero_()
     compiled = torch.compile(model)
     _, loss = compiled(idx, idx)
     loss.backward()
@@ -383,8 +395,8 @@ def test_the_pass_is_fused_at_every_step_and_separate_with_a_cadence():
         model = tiny_model()
         stats = attn_stats.from_config(settings.train, model)
         assert stats.every == every
-        assert all(block.attn.fused_stats is False for block in model.blocks)  # a CPU model: the separate pass
-        assert all(block.attn.cudnn_stats_backward is False for block in model.blocks)
+        assert all(block.attn.stats.fused_pass is False for block in model.blocks)  # a CPU model: the separate pass
+        assert all(block.attn.stats.cudnn_backward is False for block in model.blocks)
 
 
 @pytest.mark.parametrize("typed, read", [("off", "off"), ('"off"', "off"), ("false", "off"), ("every", "every"),
@@ -679,7 +691,7 @@ def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass()
             kernels |= {event.key for event in prof.key_averages()}
             stats.after_step(i)
             losses.append(loss.item())
-            recorded.append(torch.stack([b.attn.step_stats.clone() for b in model.blocks]))
+            recorded.append(torch.stack([b.attn.stats.values.clone() for b in model.blocks]))
         runs[name] = losses, recorded, any("_attn_fwd_stats" in key for key in kernels)
     assert runs["fused"][2] and not runs["separate"][2]
     assert runs["fused"][0] == pytest.approx(runs["separate"][0], abs=2e-2)
@@ -714,7 +726,7 @@ def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tens
         stats.before_step(i)
         step(x, y)
         stats.after_step(i)
-        got.append(torch.stack([b.attn.step_stats.clone() for b in model.blocks]))
+        got.append(torch.stack([b.attn.stats.values.clone() for b in model.blocks]))
     return got, ref
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -299,7 +300,7 @@ class TableOracle(torch.nn.Module):
         with np.errstate(divide="ignore"):
             self.log_table = torch.from_numpy(np.log(dense))  # (V^k, V), -inf where the table forbids
         self.V, self.k = V, k
-        self.cfg = type("Cfg", (), {"causal": causal})()
+        self.blocks = [SimpleNamespace(attn=SimpleNamespace(causal=causal))]  # evaluation reads the layers' mask
         self.head = torch.nn.Identity()  # `hidden` already gives the logits
 
     def hidden(self, x: torch.Tensor, visible_keys: torch.Tensor | None = None):

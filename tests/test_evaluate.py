@@ -48,6 +48,16 @@ def test_causal_model_generation_loss_equals_as_trained_and_the_prefix_loop():
     assert prefix_loop_loss(model, tokens) == pytest.approx(as_trained, abs=1e-5)  # the mask really hides j > i
 
 
+def test_the_mask_is_read_from_the_layers():
+    """Generation reads the layers' own mask, not a setting beside them: layers that hide the future give one pass."""
+    import dataclasses
+
+    model, tokens = small_model(causal=True), held_out()
+    model.cfg = dataclasses.replace(model.cfg, causal=False)  # a stale setting: every layer still masks the future
+    metrics = evaluate(model, tokens, floor=math.nan)
+    assert metrics["eval/gap"] == 0.0 and metrics["eval/loss_generation"] == metrics["eval/loss_as_trained"]
+
+
 def test_non_causal_generation_loss_equals_the_prefix_loop_and_not_the_teacher_forced_loss():
     model, tokens = small_model(causal=False), held_out()
     generation = loss_generation(model, tokens, batch_size=2)  # uneven last batch on purpose

@@ -362,3 +362,16 @@ def test_probes_every_step_leave_the_training_curve_identical(tmp_path):
     assert probed_steps == list(range(31))  # every step, and once more after the last
     assert not any("attn/entropy" in r for r in without)
     assert len(list((tmp_path / "on" / "attention_maps").glob("*.png"))) == 2 * 4  # steps 0, 10, 20, last (30)
+
+
+def test_the_probe_reads_the_mask_from_the_layers(tmp_path):
+    """The layers' own mask decides the kept rows and the visible entries, not a setting beside them."""
+    import dataclasses
+
+    model = tiny_model(causal=True, scale="none")
+    tokens = probe_batch()
+    want = Probe(model, tokens, PROBE_CFG, tmp_path).measure(0)
+    model.cfg = dataclasses.replace(model.cfg, causal=False)  # a stale setting: every layer still masks the future
+    got = Probe(model, tokens, PROBE_CFG, tmp_path).measure(0)
+    assert got.keys() == want.keys()
+    assert all(got[key] == want[key] or (math.isnan(got[key]) and math.isnan(want[key])) for key in want)

@@ -144,7 +144,7 @@ class StepStats:
 
     def after_step(self, step: int) -> None:
         if self.due(step):
-            self.window.append((step, torch.stack([attn.step_stats for attn in self.layers])))  # (L, N_STATS, H)
+            self.window.append((step, torch.stack([attn.stats.values for attn in self.layers])))  # (L, N_STATS, H)
 
     def flush(self) -> dict[int, dict]:
         """step -> its attn_step/* row, for the steps since the last flush; one host sync."""

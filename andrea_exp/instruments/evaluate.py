@@ -34,6 +34,11 @@ def sequence_losses(model, tokens: torch.Tensor, batch_size: int = 64) -> torch.
     return torch.cat(out)
 
 
+def sees_only_its_prefix(model) -> bool:
+    """Whether every attention layer of `model` masks the future: then position i already sees only tokens 0..i."""
+    return all(block.attn.causal for block in model.blocks)
+
+
 def loss_as_trained(model, tokens: torch.Tensor, batch_size: int = 64) -> float:
     """Teacher-forced mean cross-entropy on (N, T+1) held-out tokens with the model's own mask."""
     return sequence_losses(model, tokens, batch_size).mean().item()
@@ -94,7 +99,7 @@ def loss_generation(model, tokens: torch.Tensor, batch_size: int = 64, max_token
     max_tokens bounds rows x hi per forward (None: generation_max_tokens of the tokens' device; a run
     holds at least one length, so 0 gives one forward per prefix length); one host sync at the end.
     """
-    if model.cfg.causal:
+    if sees_only_its_prefix(model):
         return loss_as_trained(model, tokens, batch_size)
     total = torch.zeros((), dtype=torch.float64, device=tokens.device)  # summed on the device: one host sync
     T = tokens.size(1) - 1
@@ -146,7 +151,7 @@ def evaluate(model, held_out, floor: float, floor_se: float = math.nan,
     model.eval()
     per_sequence = sequence_losses(model, held_out)  # (N,)
     as_trained, as_trained_se = mean_and_standard_error(per_sequence)
-    if model.cfg.causal:
+    if sees_only_its_prefix(model):
         generation, gap = as_trained, 0.0
     else:
         n = held_out.size(0) if generation_sequences is None else min(generation_sequences, held_out.size(0))

@@ -2,8 +2,8 @@
 per-row softmax Jacobian and gradient statistics, and the spectral norm of the query-key form.
 
 Conventions. A pattern or score tensor has shape (..., T_q, T_k); the leading dims are usually (B, H).
-Key j is visible to query i unless the causal mask hides it (j > i + T_k - T_q, i.e. j > i when
-T_q == T_k). Which entries are masked is decided by the causal flag, never by looking at values, so
+Key j is visible to query i as model.visibility.key_visible says (the causal mask hides j > i + T_k - T_q, i.e.
+j > i when T_q == T_k). Which entries are masked is decided by the causal flag, never by looking at values, so
 a finite mask fill such as -1e9 is excluded exactly like -inf. Logs are natural logs.
 """
 
@@ -13,20 +13,12 @@ import math
 
 import torch
 
-from andrea_exp.model.attention import future_mask
+from andrea_exp.model.visibility import (  # noqa: F401  (first_kept_row: the probe's and the tests' name here)
+    first_kept_row,
+    visible_count,
+    visible_keys,
+)
 from andrea_exp.runs.metric_keys import SATURATION  # noqa: F401  (metrics.SATURATION, the probe's threshold)
-
-
-def visible_keys(t_q: int, t_k: int, causal: bool, device=None) -> torch.Tensor:
-    """(t_q, t_k) bool, True where query i may attend to key j."""
-    if not causal:
-        return torch.ones(t_q, t_k, dtype=torch.bool, device=device)
-    return ~future_mask(t_q, t_k, device)
-
-
-def visible_count(t_q: int, t_k: int, causal: bool, device=None) -> torch.Tensor:
-    """(t_q,) number of keys each query sees: i + 1 when causal (T_q == T_k), t_k otherwise."""
-    return visible_keys(t_q, t_k, causal, device).sum(-1)
 
 
 def row_entropy(pattern: torch.Tensor) -> torch.Tensor:
@@ -126,15 +118,6 @@ def component_std(t: torch.Tensor, dims=None) -> torch.Tensor:
 
 QUANTILES = (0.1, 0.5, 0.9)
 TOP_SHARE = 0.1  # grad/scores_top10_share: the share carried by the top 10% of rows
-
-
-def first_kept_row(t_q: int, t_k: int, causal: bool) -> int:
-    """Index of the first query row with more than one visible key; the kept rows are that row onwards.
-
-    The number of visible keys never decreases with the row, so the kept rows are a suffix and a slice
-    (not a boolean mask, which would sync with the host on a GPU) selects them. t_q when none is kept.
-    """
-    return int((visible_count(t_q, t_k, causal) <= 1).sum())
 
 
 def softmax_jacobian_norm(pattern: torch.Tensor) -> torch.Tensor:

@@ -91,7 +91,6 @@ class Probe:
         self.map_dir = Path(run_dir) / "attention_maps"
         self.n_layer = len(model.blocks)
         self.n_head = model.cfg.n_head
-        self.causal = bool(model.cfg.causal)
         groups = param_groups(model)
         self.params = list({id(p): p for ps in groups.values() for p in ps}.values())  # tied weights once
         self.group_names = list(groups)
@@ -122,8 +121,9 @@ class Probe:
         the backward pass needs are the probe's only full-size tensors across layers.
         """
         x, y = self.tokens[:, :-1], self.tokens[:, 1:]  # (B, T), (B, T)
-        first = first_kept_row(x.size(1), x.size(1), self.causal)
-        capture = LayerCapture(self.n_layer, first, self.causal, self.dead_jac)
+        # the kept rows, the same in every layer (model.causal sets every layer's mask)
+        first = first_kept_row(x.size(1), x.size(1), self.model.blocks[0].attn.causal)
+        capture = LayerCapture(self.n_layer, first, self.dead_jac)
         sheet = MetricSheet()
         with self._instrumented() as stages, torch.enable_grad(), \
                 torch.autocast(device_type=self.tokens.device.type, enabled=False):
@@ -195,9 +195,8 @@ class LayerCapture:
     the backward pass reaches it (empty for a layer the loss does not reach).
     """
 
-    def __init__(self, n_layer: int, first: int, causal: bool, dead_jac: float):
+    def __init__(self, n_layer: int, first: int, dead_jac: float):
         self.first = first  # the first kept query row (rows before it see one key)
-        self.causal = causal
         self.dead_jac = dead_jac
         self.forward: list[dict] = [{} for _ in range(n_layer)]
         self.backward: list[dict] = [{} for _ in range(n_layer)]
@@ -218,7 +217,7 @@ class LayerCapture:
             stage = stages[li]
             scores, pattern = stage.pop("scores"), stage.pop("pattern")  # (B, H, T, T) each
             q, k = stage.pop("q"), stage.pop("k")  # (B, H, T, d_k) each
-            self.forward[li] = forward_layer_stats(scores, pattern, q, k, self.first, self.causal, self.dead_jac)
+            self.forward[li] = forward_layer_stats(scores, pattern, q, k, self.first, module.causal, self.dead_jac)
             if scores.requires_grad:
                 scores.register_hook(lambda g: self.backward.__setitem__(li, grad_layer_stats(g, self.first)))
         return hook

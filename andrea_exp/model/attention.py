@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,7 @@ from andrea_exp.config.variants import (  # noqa: F401  (SDPA_MAX_HEAD_DIM, pref
     scale_factor,
 )
 from andrea_exp.model.head_gemms import qk_scores
+from andrea_exp.model.visibility import visible_keys as visible_key_matrix
 
 # `model.sdpa_backend`: which of scaled_dot_product_attention's kernels the fused path may use
 # ("auto" leaves the choice to PyTorch, which prefers flash over cuDNN).
@@ -30,8 +32,8 @@ SDPA_BACKENDS = dict(zip(SDPA_BACKEND_NAMES, (SDPBackend.FLASH_ATTENTION, SDPBac
 
 
 def future_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
-    """True where key j lies in the future of query i (j > i), shape (t_q, t_k)."""
-    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(diagonal=1 + t_k - t_q)
+    """True where key j lies in the future of query i (j > i), shape (t_q, t_k): the keys the causal mask hides."""
+    return ~visible_key_matrix(t_q, t_k, True, device)
 
 
 def absent_keys(visible_keys: torch.Tensor, t_k: int) -> torch.Tensor:
@@ -130,6 +132,50 @@ def fused_attention(q, k, v, *, scale: float, causal: bool, backend: str = "auto
             visible = ~future_mask(t_q, t_k, q.device)  # (t_q, t_k), True where attention is allowed
             return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)  # (B, H, t_q, d_v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)  # (B, H, T, d_v)
+
+
+class Mask(NamedTuple):
+    """Which keys the queries of one call see: when causal, visibility.key_visible's (the hidden scores filled with
+    `fill`; the fused kernels take -inf only); when visible_keys (B,) is given, batch row b only keys
+    j < visible_keys[b], the others absent (absent_keys: -inf whatever the fill, weight exactly 0)."""
+
+    causal: bool
+    fill: float = -math.inf
+    visible_keys: torch.Tensor | None = None
+
+
+# The attention layer's paths (model.attn_impl as config.variants.resolve_attn_impl resolves it, once per layer;
+# "captured" while a probe reads the stages): softmax(mask(transforms(q k^T * scale))) v from q, k (B, H, T, d_k),
+# v (B, H, T, d_v) and the mask, each -> (B, H, T, d_v).
+
+
+def sdpa_path(q, k, v, mask: Mask, *, scale: float, transforms=(), backend: str = "auto", stages=None):
+    """fused: PyTorch's kernels (fused_attention); no score transform ever takes this path (config.variants)."""
+    if backend == "flash" and mask.visible_keys is not None:  # flash takes no attn_mask: PyTorch picks a kernel
+        backend = "auto"  # that does (visible_keys: evaluation only)
+    return fused_attention(q, k, v, scale=scale, causal=mask.causal, backend=backend, visible_keys=mask.visible_keys)
+
+
+def head_major_path(q, k, v, mask: Mask, *, scale: float, transforms=(), backend: str = "auto", stages=None):
+    """explicit, bilinear: the formula on views of head-major (H, B, T, .) tensors (Attention.operands): with heads
+    first, (H, B) fold into one batch dimension of contiguous tensors, so q k^T and its backward run as plain
+    batched GEMMs (see head_gemms)."""
+    out, _ = explicit_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), scale=scale,
+                                causal=mask.causal, mask_fill=mask.fill, visible_keys=mask.visible_keys,
+                                heads_first=True, transforms=transforms)  # (H, B, T, d_v)
+    return out.transpose(0, 1)  # (B, H, T, d_v)
+
+
+def captured_path(q, k, v, mask: Mask, *, scale: float, transforms=(), backend: str = "auto", stages=None):
+    """A probe's capture: the formula batch-first, q, k and every stage named in the dict `stages`."""
+    stages["q"], stages["k"] = q, k
+    out, _ = explicit_attention(q, k, v, scale=scale, causal=mask.causal, mask_fill=mask.fill, stages=stages,
+                                visible_keys=mask.visible_keys, transforms=transforms)  # (B, H, T, d_v)
+    return out
+
+
+PATHS = {"fused": sdpa_path, "explicit": head_major_path, "bilinear": head_major_path, "captured": captured_path}
+HEAD_MAJOR = ("explicit", "bilinear")  # the paths whose q, k, v are views of head-major tensors
 
 
 def attention(q, k, v, *, scale="sqrt", causal=True, mask_fill=float("-inf"), return_probs=False,

@@ -25,6 +25,7 @@ from andrea_exp.model.step_stats_kernel import (
     _masked_key_range,
     _online_update,
     _store_row_partials,
+    _visible_in_block,
     finish_heads,
 )
 
@@ -45,9 +46,7 @@ def _weighted_key_blocks(acc, m_i, l_i, a_i, q, k_base, v_base, offs_m, start, s
         k = tl.load(k_base + offs_n[:, None] * stride_kt + offs_d[None, :] * stride_kd, mask=kv_mask,
                     other=0.0)  # (BLOCK_N, BLOCK_D)
         r = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) raw dot products, float32
-        visible = offs_n[None, :] < T
-        if CAUSAL_MASK:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        visible = _visible_in_block(offs_m, offs_n, T, CAUSAL_MASK)
         m_i, l_i, a_i, p, alpha = _online_update(m_i, l_i, a_i, r, visible, qk_scale, MASKED)
         v = tl.load(v_base + offs_n[:, None] * stride_vt + offs_d[None, :] * stride_vd, mask=kv_mask,
                     other=0.0)  # (BLOCK_N, BLOCK_D)

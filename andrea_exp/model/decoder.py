@@ -14,11 +14,11 @@ import torch.nn.functional as F
 
 from andrea_exp.config.schema import ModelSchema
 from andrea_exp.config.variants import normalize_mask_fill, resolve_attn_impl, score_transforms
-from andrea_exp.model.attention import explicit_attention, fused_attention, scale_factor
+from andrea_exp.model.attention import HEAD_MAJOR, PATHS, Mask, scale_factor
 from andrea_exp.model.chunked_loss import OUTPUT_STATS, linear_cross_entropy_with_stats, output_stats
 from andrea_exp.model.head_gemms import head_projection
 from andrea_exp.model.sigma_reparam import reparametrize
-from andrea_exp.model.step_stats import record as record_step_stats
+from andrea_exp.model.step_stats import LayerStats
 
 # The model is built from the settings' own dataclass: every rule is checked when one is constructed
 # (config.schema.ModelSchema); the modules below trust its values. ModelConfig is the same class.
@@ -26,10 +26,11 @@ ModelConfig = ModelSchema
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention. `self.stages`, when set to a dict, forces the explicit path and
-    receives each layer's q, k, scores and pattern (see attention.explicit_attention), batch-first
-    (B, H, T, .). Without stages the explicit path runs head-major (`forward_heads_first`), with
-    q k^T either formed from q and k (explicit) or as the bilinear form x_i (W_q,h^T W_k,h) x_j.
+    """Multi-head self-attention, softmax(mask(q k^T * scale)) v, on the path (attention.PATHS) its settings resolve
+    to once (config.variants.resolve_attn_impl): PyTorch's fused kernels (fused), or the formula written out
+    head-major (`heads_first`), with q k^T either formed from q and k (explicit) or as the bilinear form
+    x_i (W_q,h^T W_k,h) x_j (bilinear). `self.stages`, when set to a dict (Andrea.set_capture), takes the explicit
+    path batch-first and receives each stage, (B, H, T, .) (see attention.explicit_attention).
 
     Why the bilinear form: q_i . k_j = x_i W_q,h^T W_k,h x_j^T, whatever d_k. Through the (d_model,
     d_model) matrix W_q,h^T W_k,h a token costs O(d_model^2) instead of O(d_k d_model), and q, k
@@ -49,17 +50,45 @@ class Attention(nn.Module):
         self.causal = bool(cfg.causal)
         self.mask_fill = normalize_mask_fill(cfg.mask_fill)
         self.transforms = score_transforms(cfg)  # of the scaled scores, before the mask (config.variants)
-        self.impl = resolve_attn_impl(cfg)  # fused | explicit | bilinear
-        self.use_fused = self.impl == "fused"
+        self.impl = resolve_attn_impl(cfg)  # fused | explicit | bilinear: the layer's path (attention.PATHS)
         self.sdpa_backend = cfg.sdpa_backend
         self.fused_qkv = bool(cfg.fused_qkv)
         self.stages: dict | None = None
-        # train.attn_stats (attn_stats.enable): the training batch's statistics (N_STATS, H), and the flag
-        # (1,) int32 that turns their kernels on; None, and nothing computed, unless enabled
-        self.register_buffer("step_stats", None, persistent=False)
-        self.register_buffer("step_stats_on", None, persistent=False)
-        self.fused_stats = False  # step_stats.enable: the fused path's training forward computes them with it
-        self.cudnn_stats_backward = False  # step_stats.enable: that pass's gradients from cuDNN, else flash
+        self.stats: LayerStats | None = None  # train.attn_stats: the training batch's statistics (step_stats.enable)
+
+    def forward(self, x, visible_keys: torch.Tensor | None = None):
+        """x (B, T, d_model) -> (B, T, d_model). visible_keys (B,): batch row b attends only to keys
+        j < visible_keys[b], the rest absent (see attention.absent_keys); None: every key, as trained."""
+        B, T, _ = x.shape
+        path = self.impl if self.stages is None else "captured"
+        q, k, v = self.operands(x, path)  # (B, H, T, d_k), (B, H, T, d_k), (B, H, T, d_v); bilinear: d_model, d_model
+        mask = Mask(self.causal, self.mask_fill, visible_keys)
+        out = None  # the fused statistics pass also attends
+        if self.stats is not None and self.stages is None:
+            out = self.stats(q, k, v, mask)  # (B, H, T, d_v) or None; self.stats.values: (N_STATS, H)
+        if out is None:
+            out = PATHS[path](q, k, v, mask, scale=self.scale, transforms=self.transforms, backend=self.sdpa_backend,
+                              stages=self.stages)  # (B, H, T, d_v)
+        out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
+        return self.o(out)  # (B, T, d_model)
+
+    def operands(self, x, path: str):
+        """x (B, T, d_model) -> q, k (B, H, T, d_k) and v (B, H, T, d_v) as `path` takes them: views of head-major
+        (H, B, T, .) tensors on the explicit and bilinear paths (the bilinear form's q, k of width d_model, see
+        bilinear_operands), else projected batch-first (project_qkv)."""
+        B, T, _ = x.shape
+        if path not in HEAD_MAJOR:
+            q, k, v = self.project_qkv(x)  # (B, T, H*d_k), (B, T, H*d_k), (B, T, H*d_v)
+            q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
+            k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
+            return q, k, v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # v: (B, H, T, d_v)
+        if path == "bilinear":
+            q, k = self.bilinear_operands(x)  # (H, B, T, d_model) each
+        else:
+            q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
+            k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
+        v = self.heads_first(x, self.v, self.d_v)  # (H, B, T, d_v)
+        return q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (B, H, T, .) views, no copy
 
     def project_qkv(self, x):
         """x (B, T, d_model) -> q, k (B, T, H*d_k) and v (B, T, H*d_v).
@@ -73,35 +102,6 @@ class Attention(nn.Module):
         widths = [self.q.out_features, self.k.out_features, self.v.out_features]
         return F.linear(x, weight).split(widths, dim=-1)
 
-    def forward(self, x, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
-        """x (B, T, d_model) -> (B, T, d_model). visible_keys (B,): batch row b attends only to keys
-        j < visible_keys[b], the rest absent (see attention.absent_keys); None: every key, as trained."""
-        B, T, _ = x.shape
-        causal = self.causal if causal is None else causal
-        if not self.use_fused and self.stages is None:
-            return self.forward_heads_first(x, causal, visible_keys)
-        q, k, v = self.project_qkv(x)
-        q = self.q_norm(q.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
-        k = self.k_norm(k.view(B, T, self.n_head, self.d_k).transpose(1, 2))  # (B, H, T, d_k)
-        v = v.view(B, T, self.n_head, self.d_v).transpose(1, 2)  # (B, H, T, d_v)
-        attended = None  # the attention's output when the statistics' pass computed it with them
-        if self.step_stats is not None:
-            attended = record_step_stats(self, q, k, causal, visible_keys, v)  # (B, H, T, d_k) each
-        if attended is not None:
-            out = attended  # (B, H, T, d_v)
-        elif self.stages is None:  # the fused path (the explicit one without stages went head-major above)
-            # flash takes no attn_mask: rows with visible_keys (evaluation only) let PyTorch pick a kernel that does
-            backend = "auto" if visible_keys is not None and self.sdpa_backend == "flash" else self.sdpa_backend
-            out = fused_attention(q, k, v, scale=self.scale, causal=causal, backend=backend,
-                                  visible_keys=visible_keys)  # (B, H, T, d_v)
-        else:  # captured for a probe: the explicit path, every stage named
-            self.stages["q"], self.stages["k"] = q, k
-            out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
-                                        stages=self.stages, visible_keys=visible_keys,
-                                        transforms=self.transforms)  # (B, H, T, d_v)
-        out = out.transpose(1, 2).reshape(B, T, self.n_head * self.d_v)  # (B, T, H*d_v): heads concatenated
-        return self.o(out)  # (B, T, d_model)
-
     def heads_first(self, x, linear: nn.Linear, width: int):
         """x (B, T, d_model) -> (H, B, T, width): one batched GEMM over heads, written head-major.
 
@@ -112,23 +112,6 @@ class Attention(nn.Module):
         B, T, C = x.shape
         weight = linear.weight.view(self.n_head, width, C)  # (H, width, d_model): head h's rows of W
         return head_projection(x.reshape(B * T, C), weight).view(self.n_head, B, T, width)  # (H, B, T, width)
-
-    def forward_heads_first(self, x, causal: bool, visible_keys: torch.Tensor | None = None):
-        """The explicit path when nothing is captured (training, evaluation): the formula of `forward`'s
-        explicit path (same parameters, same float32 softmax, same mask) computed head-major."""
-        B, T, _ = x.shape
-        if self.impl == "bilinear":
-            q, k = self.bilinear_operands(x)  # (H, B, T, d_model) each
-        else:
-            q = self.q_norm(self.heads_first(x, self.q, self.d_k))  # (H, B, T, d_k)
-            k = self.k_norm(self.heads_first(x, self.k, self.d_k))  # (H, B, T, d_k)
-        v = self.heads_first(x, self.v, self.d_v)  # (H, B, T, d_v)
-        if self.step_stats is not None:  # bilinear: the operands are a (q, k) pair of width d_model
-            record_step_stats(self, q.transpose(0, 1), k.transpose(0, 1), causal, visible_keys)  # (B, H, T, .)
-        out, _ = explicit_attention(q, k, v, scale=self.scale, causal=causal, mask_fill=self.mask_fill,
-                                    visible_keys=visible_keys, heads_first=True,
-                                    transforms=self.transforms)  # (H, B, T, d_v)
-        return self.o(out.permute(1, 2, 0, 3).reshape(B, T, self.n_head * self.d_v))  # (B, T, d_model)
 
     def bilinear_operands(self, x):
         """x (B, T, C) -> (x W_q,h^T W_k,h, x) per head, both (H, B, T, C): their product over C is q k^T.
@@ -161,8 +144,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, causal=None, visible_keys=None):
-        x = x + self.drop(self.attn(self.ln_1(x), causal=causal, visible_keys=visible_keys))
+    def forward(self, x, visible_keys=None):
+        x = x + self.drop(self.attn(self.ln_1(x), visible_keys=visible_keys))
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
@@ -216,14 +199,14 @@ class Andrea(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.pos_emb.weight.numel() if non_embedding else n
 
-    def forward(self, idx, targets=None, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
+    def forward(self, idx, targets=None, visible_keys: torch.Tensor | None = None):
         """idx: (B, T) token ids. Returns logits (B, T, V) and, given targets, the mean cross-entropy.
 
         With targets and `loss_impl` "chunked" the logits are never formed as a whole and None is
-        returned in their place. `causal` overrides the model's own mask setting for this call;
-        `visible_keys` (B,) limits row b's attention to its first visible_keys[b] tokens (see `hidden`).
+        returned in their place. `visible_keys` (B,) limits row b's attention to its first visible_keys[b]
+        tokens (see `hidden`).
         """
-        x = self.hidden(idx, causal=causal, visible_keys=visible_keys)  # (B, T, d_model)
+        x = self.hidden(idx, visible_keys=visible_keys)  # (B, T, d_model)
         z_loss = self.z_loss if self.training else 0.0
         if targets is not None and self.cfg.loss_impl == "chunked":
             loss, stats = self._chunked_loss(x, targets, z_loss)
@@ -246,7 +229,7 @@ class Andrea(nn.Module):
         if self.training:
             self.out_stats.copy_(stats.detach())
 
-    def hidden(self, idx, causal: bool | None = None, visible_keys: torch.Tensor | None = None):
+    def hidden(self, idx, visible_keys: torch.Tensor | None = None):
         """idx (B, T) -> the final LayerNorm's output (B, T, d_model), what the head turns into logits.
 
         visible_keys (B,) int, values in 1..T, or None: every attention layer of row b sees only keys
@@ -260,7 +243,7 @@ class Andrea(nn.Module):
         # (a lookup's backward sorts the indices, several kernels of a small cell's step)
         x = self.tok_emb(idx) + self.pos_emb.weight[:T]  # (B, T, d_model)
         for block in self.blocks:
-            x = block(x, causal=causal, visible_keys=visible_keys)
+            x = block(x, visible_keys=visible_keys)
         return self.ln_f(x)  # (B, T, d_model)
 
     def _chunked_loss(self, x, targets, z_loss: float = 0.0):

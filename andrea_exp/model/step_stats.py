@@ -1,6 +1,6 @@
 """The training batch's attention statistics, computed inside the attention's own forward (the model's side of
-instruments/attn_stats, which describes them): `enable` gives each layer its buffer, `record` is the hook
-Attention.forward calls, `head_stats` the computation (PyTorch here, Triton in step_stats_kernel on CUDA).
+instruments/attn_stats, which describes them): `enable` gives each layer its `LayerStats`, which Attention.forward
+calls once; `head_stats` the computation (PyTorch here, Triton in step_stats_kernel on CUDA).
 """
 
 from __future__ import annotations
@@ -8,14 +8,17 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn as nn
 
 from andrea_exp.model.stat_rows import (  # noqa: F401  (STATS, STATS_PASS_MAX_HEAD_DIM re-exported)
+    HALF,
     N_STATS,
     STATS,
     STATS_PASS_MAX_HEAD_DIM,
-    fused_pass_supports,
+    fused_pass_widths,
     kept_rows,
 )
+from andrea_exp.model.visibility import key_visible, visible_count
 from andrea_exp.runs.metric_keys import SATURATION
 
 KEY_CHUNK = 256  # keys per block on the PyTorch path
@@ -34,13 +37,11 @@ def row_softmax_stats(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bo
     B, H, T, _ = q.shape
     m = q.new_full((B, H, T), -math.inf)
     total, a = q.new_zeros((B, H, T)), q.new_zeros((B, H, T))
-    rows = torch.arange(T, device=q.device)
+    rows = torch.arange(T, device=q.device)[:, None]  # (T, 1)
     for start in range(0, T, key_chunk):
         keys = k[:, :, start:start + key_chunk]  # (B, H, C, d)
         s = (q @ keys.transpose(-2, -1)) * scale  # (B, H, T, C)
-        visible = torch.ones(T, keys.size(2), dtype=torch.bool, device=q.device)
-        if causal:
-            visible = torch.arange(start, start + keys.size(2), device=q.device)[None, :] <= rows[:, None]  # (T, C)
+        visible = key_visible(rows, torch.arange(start, start + keys.size(2), device=q.device), T, T, causal)  # (T, C)
         m_new = torch.maximum(m, torch.where(visible, s, -math.inf).amax(-1))
         m_safe = torch.where(m_new == -math.inf, 0.0, m_new)  # a row with no visible key yet
         z = s - m_safe[..., None]  # (B, H, T, C), finite
@@ -53,18 +54,13 @@ def row_softmax_stats(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bo
     return m, total, a
 
 
-def visible_counts(T: int, causal: bool, device=None) -> torch.Tensor:
-    """(T,) keys each query row sees: i + 1 when causal, T otherwise."""
-    return torch.arange(1, T + 1, device=device) if causal else torch.full((T,), T, device=device)
-
-
 def head_stats_from_rows(m, total, a, causal: bool, threshold: float = SATURATION) -> torch.Tensor:
     """Each row's running max m, sum `total` (l) and a, (B, H, T) -> (N_STATS, H) in STATS order (see the
     module docstring)."""
     B, H, T = m.shape
     entropy = total.log() - a / total  # (B, H, T)
     max_prob = 1.0 / total
-    n_vis = visible_counts(T, causal, m.device)  # (T,)
+    n_vis = visible_count(T, T, causal, m.device)  # (T,)
     kept = (n_vis > 1).expand_as(entropy)
     n_kept = B * kept_rows(T, causal)  # from the shapes: no host sync
     norm = torch.where(kept, entropy / n_vis.float().log().clamp_min(1e-30), 0.0).sum((0, 2))  # (H,)
@@ -184,14 +180,6 @@ def _attn_fwd_stats_backward(ctx, grad_out, _grad_lse, _grad_stats):
 _attn_fwd_stats.register_autograd(_attn_fwd_stats_backward, setup_context=_save_for_backward)
 
 
-def fused_pass_takes(attn, q, k, v) -> bool:
-    """Whether attn's training forward runs as one pass with its statistics: the fused path on CUDA with Triton,
-    PyTorch's choice of kernel, cuDNN or flash (the pass's backward is one of theirs), no score transforms,
-    operands the kernel takes (stat_rows.fused_pass_supports; q, k, v as the kernels see them, after autocast)."""
-    return (attn.fused_stats and attn.use_fused and attn.sdpa_backend in ("auto", "cudnn", "flash")
-            and not attn.transforms and fused_pass_supports(q, k, v))
-
-
 def cudnn_backward_fits(sdpa_backend: str, device: torch.device) -> bool:
     """cuDNN's backward after the fused pass where SDPA itself runs cuDNN's kernels: model.sdpa_backend auto or
     cudnn, cuDNN attention on, a Hopper or newer GPU (and T a multiple of 64, checked per call); flash's
@@ -213,46 +201,61 @@ def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 # ---------------------------------------------------------------- in the model
 
 
+class LayerStats(nn.Module):
+    """One attention layer's statistics of the training batch, made by `enable`: `values` (N_STATS, H) float32, which
+    each training forward overwrites, and `flag` (1,) int32, shared by the layers, which turns the kernels on.
+
+    fused_pass: this layer's training forward computes its attention and the statistics in one pass (the fused
+    path on CUDA with Triton, PyTorch's choice of kernel, cuDNN or flash (the pass's backward is one of theirs),
+    no score transforms, head widths the kernel takes); else a second pass reads q and k and the attention is left
+    to the layer. cudnn_backward: that pass's gradients from cuDNN (cudnn_backward_fits), else from flash."""
+
+    def __init__(self, n_head: int, scale: float, flag: torch.Tensor, fused_pass: bool, cudnn_backward: bool):
+        super().__init__()
+        self.scale, self.fused_pass, self.cudnn_backward = float(scale), fused_pass, cudnn_backward
+        self.register_buffer("values", torch.full((N_STATS, n_head), math.nan, device=flag.device), persistent=False)
+        self.register_buffer("flag", flag, persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor | None:
+        """q, k, v (B, H, T, .) as the attention uses them, mask (attention.Mask) -> self.values; the attention's
+        output (B, H, T, d_v) when the fused pass computed it with them, else None (the layer attends).
+
+        Only in a training forward: train mode, gradients on, every key present (mask.visible_keys None)."""
+        if not self.training or not torch.is_grad_enabled() or mask.visible_keys is not None:
+            return None
+        q, k = autocast_operands(q, k)  # the attention kernels see q, k (and v) in the autocast dtype
+        if self.fused_pass and q.dtype in HALF:  # a float32 forward (no autocast) takes the separate pass
+            (v,) = autocast_operands(v)
+            cudnn = self.cudnn_backward and q.size(-2) % 64 == 0  # cuDNN's backward takes T a multiple of 64
+            out, _, stats = torch.ops.andrea_exp.attn_fwd_stats(q, k, v, self.flag, self.scale, bool(mask.causal),
+                                                                SATURATION, cudnn)
+            self.values.copy_(stats.detach())  # a buffer, never part of the autograd graph
+            return out
+        stats = torch.ops.andrea_exp.attn_head_stats(q.detach(), k.detach().to(q.dtype), self.flag, self.scale,
+                                                     bool(mask.causal), SATURATION)
+        self.values.copy_(stats)
+        return None
+
+
+def fused_pass_takes(attn, device: torch.device) -> bool:
+    """Whether attention layer `attn` (on `device`) can take the fused pass (see LayerStats)."""
+    return (device.type == "cuda" and triton_available() and attn.impl == "fused"
+            and attn.sdpa_backend in ("auto", "cudnn", "flash") and not attn.transforms
+            and fused_pass_widths(attn.d_k, attn.d_v))
+
+
 def enable(model, fused: bool = True) -> torch.Tensor:
-    """Give every attention layer of `model` (an Andrea) its statistics buffer; returns the shared flag.
-    fused: let a training forward the kernel takes compute its attention and the statistics in one pass
-    (fused_pass_takes); else a second pass reads q and k and the forward is left as it is.
+    """Give every attention layer of `model` (an Andrea) its LayerStats; returns their shared flag.
+    fused: let the layers that can (fused_pass_takes) compute their attention and the statistics in one pass.
 
     Call after the model is on its device and before it is compiled or captured."""
     device = next(model.parameters()).device
     flag = torch.ones(1, dtype=torch.int32, device=device)
     for block in model.blocks:
         attn = block.attn
-        attn.step_stats = torch.full((N_STATS, attn.n_head), math.nan, device=device)
-        attn.step_stats_on = flag
-        attn.fused_stats = bool(fused) and device.type == "cuda" and triton_available()
-        attn.cudnn_stats_backward = cudnn_backward_fits(attn.sdpa_backend, device)
+        attn.stats = LayerStats(attn.n_head, attn.scale, flag, bool(fused) and fused_pass_takes(attn, device),
+                                cudnn_backward_fits(attn.sdpa_backend, device)).train(attn.training)
     if device.type == "cuda" and triton_available():  # Triton imported here, outside any compiled code
         import andrea_exp.model.attn_fwd_stats_kernel  # noqa: F401
         import andrea_exp.model.step_stats_kernel  # noqa: F401
     return flag
-
-
-def record(attn, q: torch.Tensor, k: torch.Tensor, causal: bool, visible_keys=None,
-           v: torch.Tensor | None = None) -> torch.Tensor | None:
-    """Attention.forward's hook: q, k (B, H, T, d) as the attention uses them -> attn.step_stats.
-
-    Only in a training forward (train mode, gradients on, no captured stages, every key visible). With v given
-    and a forward the fused pass takes (fused_pass_takes), the attention itself is computed in the same pass and
-    its output (B, H, T, d) returned, gradients through PyTorch's cuDNN or flash backward; else None (the caller
-    attends)."""
-    if not attn.training or not torch.is_grad_enabled() or attn.stages is not None or visible_keys is not None:
-        return None
-    q, k = autocast_operands(q, k)  # the attention kernels see q, k (and v) in the autocast dtype
-    if v is not None:
-        (v,) = autocast_operands(v)
-    if v is not None and fused_pass_takes(attn, q, k, v):
-        out, _, stats = torch.ops.andrea_exp.attn_fwd_stats(q, k, v, attn.step_stats_on, float(attn.scale),
-                                                            bool(causal), SATURATION,
-                                                            attn.cudnn_stats_backward and q.size(-2) % 64 == 0)
-        attn.step_stats.copy_(stats.detach())  # a buffer, never part of the autograd graph
-        return out
-    stats = torch.ops.andrea_exp.attn_head_stats(q.detach(), k.detach().to(q.dtype), attn.step_stats_on,
-                                                 float(attn.scale), bool(causal), SATURATION)
-    attn.step_stats.copy_(stats)
-    return None

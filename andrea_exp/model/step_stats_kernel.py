@@ -89,16 +89,36 @@ def _key_blocks(m_i, l_i, a_i, q, q_base, k_base, offs_m, start, stop, T, qk_sca
                     s = tl.dot(qc, tl.trans(kc), s, input_precision="ieee")
                 else:
                     s = tl.dot(qc, tl.trans(kc), s)
-        visible = offs_n[None, :] < T  # s: (BLOCK_M, BLOCK_N) raw dot products, unscaled
-        if CAUSAL_MASK:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        visible = _visible_in_block(offs_m, offs_n, T, CAUSAL_MASK)  # s: (BLOCK_M, BLOCK_N) raw q.k, unscaled
         m_i, l_i, a_i, _, _ = _online_update(m_i, l_i, a_i, s, visible, qk_scale, MASKED)
     return m_i, l_i, a_i
 
 
 @triton.jit
+def _visible_in_block(offs_m, offs_n, T, CAUSAL: tl.constexpr):
+    """Which keys offs_n rows offs_m see (model.visibility.key_visible with t_q == t_k == T), keys past T none:
+    (BLOCK_M, BLOCK_N) bool, (1, BLOCK_N) without the causal mask."""
+    visible = offs_n[None, :] < T
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    return visible
+
+
+@triton.jit
+def _visible_count(offs_m, T, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(BLOCK_M,) int32: how many keys rows offs_m see (model.visibility.visible_count with t_q == t_k == T)."""
+    if CAUSAL:
+        n_visible = tl.minimum(offs_m + 1, T)
+    else:
+        n_visible = tl.zeros([BLOCK_M], dtype=tl.int32) + T
+    return n_visible
+
+
+@triton.jit
 def _masked_key_range(block, T, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(lo, hi): a row block's keys 0..lo-1 need no mask, lo..hi-1 do (causal: the diagonal block)."""
+    """(lo, hi): a row block's keys 0..lo-1 need no mask, lo..hi-1 do (causal: the diagonal block), later ones are
+    not visited. Walked in blocks of BLOCK_N from 0 and from lo: causal, BLOCK_M must be a multiple of BLOCK_N
+    (tests/test_visibility.py checks the walk against model.visibility's rule)."""
     if CAUSAL:
         lo = block * BLOCK_M  # keys before the block's first row: visible to all its rows
         hi = tl.minimum(lo + BLOCK_M, T)
@@ -116,10 +136,7 @@ def _store_row_partials(out, m_i, l_i, a_i, offs_m, T, scale, threshold, CAUSAL:
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # padding rows only
     entropy = tl.log(l_safe) - ln2 * a_i / l_safe  # nats
     max_prob = 1.0 / l_safe
-    if CAUSAL:
-        n_visible = tl.minimum(offs_m + 1, T)
-    else:
-        n_visible = tl.zeros([BLOCK_M], dtype=tl.int32) + T
+    n_visible = _visible_count(offs_m, T, CAUSAL, BLOCK_M)
     kept = row_ok & (n_visible > 1)
     entropy_norm = tl.where(kept, entropy / tl.log(tl.maximum(n_visible.to(tl.float32), 2.0)), 0.0)
     saturated = row_ok & (max_prob > threshold)
