@@ -24,10 +24,16 @@ def test_a_cell_alone_on_its_gpu_starts_whatever_it_needs():
     assert room_for(total=80 * GB, free=1 * GB, beside=[], need=200 * GB).start  # alone it fails as it would alone
 
 
-def test_a_cell_waits_while_one_beside_it_is_still_in_its_first_steps():
-    decision = room_for(total=141 * GB, free=140 * GB, beside=[None], need=1 * GB)
-    assert not decision.start and "first steps" in decision.why
-    assert not room_for(total=141 * GB, free=100 * GB, beside=[10 * GB, None], need=1 * GB).start
+def test_before_any_cell_of_the_sweep_is_measured_a_cell_starts_only_alone():
+    decision = room_for(total=141 * GB, free=140 * GB, beside=[None], need=None)
+    assert not decision.start and "no cell of the sweep is measured yet" in decision.why
+
+
+def test_a_cell_still_in_its_first_steps_counts_with_the_sweeps_estimate():
+    # beside: 50 GB measured + one unmeasured counted as the need, 40 GB; room = min(141 - 90, 140) = 51 GB;
+    # margin 7.05 GB: 40 + 7.05 <= 51 starts, 45 + 7.05 > 141 - 95 = 46 does not
+    assert room_for(total=141 * GB, free=140 * GB, beside=[50 * GB, None], need=40 * GB).start
+    assert not room_for(total=141 * GB, free=140 * GB, beside=[50 * GB, None], need=45 * GB).start
 
 
 def test_two_80_gb_cells_do_not_share_a_141_gb_gpu_but_two_60_gb_ones_do():
@@ -91,12 +97,12 @@ def test_a_waiting_cell_starts_once_the_cell_beside_it_ends_and_records_itself_r
                      "[andrea-exp] cell 1 starts on GPU 0: alone on the GPU"]
     mine = json.loads((tmp_path / RECORDS / "cell1.json").read_text())
     assert mine == {"gpu": "0", "pid": os.getpid(), "running": True, "peak": None, "measured": False}
-    # the next cell now waits for this one's first steps
-    assert gpu_memory.beside_and_need(tmp_path, "0", "cell2.json")[0] == [None]
+    # the next cell counts this one, still in its first steps, with the sweep's largest peak (80 GB)
+    assert gpu_memory.beside_and_need(tmp_path, "0", "cell2.json") == ([None], 80 * GB)
 
 
 def test_a_stopped_sweep_ends_the_wait_without_starting_the_cell(tmp_path):
-    write(tmp_path, "cell0.json", gpu="0", pid=os.getpid(), running=True, peak=None, measured=False)
+    write(tmp_path, "cell0.json", gpu="0", pid=os.getpid(), running=True, peak=None, measured=False)  # unmeasured
     started = wait_for_room(tmp_path, "0", 1, lambda: (100 * GB, 100 * GB), stop_asked=lambda: 2,
                             log=lambda line: None, poll_s=0.05)
     assert not started and not (tmp_path / RECORDS / "cell1.json").exists()
@@ -142,15 +148,15 @@ def test_on_a_gpu_a_cell_waits_beside_a_cell_that_holds_the_memory_and_starts_on
     env = {**cli_env(), "CUDA_VISIBLE_DEVICES": visible_gpus()[0]}  # one GPU: the holder's and the cell's
     holder = subprocess.Popen([sys.executable, "-c", HOLD, "20"], stdout=subprocess.PIPE, text=True, env=env)
     peak = int(holder.stdout.readline())
+    threading.Thread(target=holder.wait, daemon=True).start()  # reaped as it ends: a zombie's PID looks alive
     sweep = tmp_path / "sweep"
     write(sweep, "cell9.json", gpu=env["CUDA_VISIBLE_DEVICES"], pid=holder.pid, running=True, peak=peak,
           measured=True)
     begun = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "andrea_exp", "-m", *tiny("train.max_steps=5", "train.log_every=1"),
-                           "hydra/launcher=local_gpus", "cells_per_gpu=2", "hydra.launcher.n_jobs=1",
+                           "hydra/launcher=local_gpus", "cells_per_gpu=2", "mps=false", "hydra.launcher.n_jobs=1",
                            f"hydra.sweep.dir={sweep}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
-    holder.wait()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     gpu = env["CUDA_VISIBLE_DEVICES"]
     assert f"cell 0 waits for room on GPU {gpu}" in proc.stdout and f"cell 0 starts on GPU {gpu}" in proc.stdout

@@ -6,12 +6,13 @@ its worker's PID, whether it runs, and its peak, the most its process's caching 
 (torch.cuda.max_memory_reserved). A thread of the worker updates the peak while the cell trains and marks it
 measured once the cell's first steps are logged (a `train/loss` record in metrics.jsonl: by then its first
 evaluation, forward and backward and its optimizer state have been allocated). A new cell's need is the
-largest peak measured in the sweep (cells of one sweep are alike; the largest is the safe guess). It waits
-while a cell beside it is still in its first steps (that cell's peak is not known yet) or while its need and
-a margin do not fit the room left: the device's memory less the peaks of the cells beside it, and never more
-than the device says is free (torch.cuda.mem_get_info, which sees every process). The decision itself is
-`room_for`, free of torch; a lock per GPU makes deciding and recording the new cell one step, so two waiting
-cells never both take the same room.
+largest peak measured in the sweep (cells of one sweep are alike; the largest is the safe guess), and a cell
+beside it still in its first steps counts with that need too. Until a first cell of the sweep is measured, a
+cell starts only alone on its GPU. Then it waits while its need and a margin do not fit the room left: the
+device's memory less the peaks of the cells beside it, and never more than the device says is free
+(torch.cuda.mem_get_info, which sees every process). The decision itself is `room_for`, free of torch; a
+lock per GPU makes deciding and recording the new cell one step, so two waiting cells never take the same
+room.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ class Decision:
 
 def room_for(total: int, free: int, beside: list[int | None], need: int | None,
              margin_fraction: float = MARGIN_FRACTION) -> Decision:
-    """May a cell that needs `need` bytes start on a GPU of `total` bytes, `free` of them free now, beside running
-    cells whose peaks are `beside` (None: a cell still in its first steps, peak not measured yet)?"""
+    """May a cell that needs `need` bytes (None: no cell of the sweep measured yet) start on a GPU of `total`
+    bytes, `free` of them free now, beside running cells whose peaks are `beside` (None: a cell still in its
+    first steps, counted as needing `need` too)?"""
     if not beside:
         return Decision(True, "alone on the GPU")
-    if any(peak is None for peak in beside):
-        return Decision(False, "a cell beside it is in its first steps (its memory is not measured yet)")
     if need is None:
-        return Decision(False, "no cell of the sweep has been measured yet")
+        return Decision(False, "a cell beside it is in its first steps, and no cell of the sweep is measured yet")
+    beside = [need if peak is None else peak for peak in beside]
     room = min(total - sum(beside), free)
     margin = int(margin_fraction * total)
     fits = need + margin <= room
