@@ -273,3 +273,26 @@ def test_a_cell_cancelled_while_it_sets_up_stops_instead_of_training_on(tmp_path
 def job_log(sweep_dir: Path, array: str) -> str:
     """The stdout and stderr of the array's task 0 so far."""
     return "".join(p.read_text() for p in (sweep_dir / ".submitit").glob(f"{array}_0*_log.*"))
+
+
+def test_a_cell_cancelled_as_its_job_starts_is_recorded_and_the_sweeps_resume_trains_it(tmp_path):
+    proc, sweep_dir = start(tmp_path, "model.d_k=8", "train.max_steps=20")
+    seen: list[str] = []
+    array = array_id(proc, seen)
+    wait_until(lambda: "RUNNING" in subprocess.run(["squeue", "-h", "-j", array, "-o", "%T"], capture_output=True,
+                                                   text=True).stdout, what="the job to run")
+    subprocess.run(["scancel", array], check=True)  # at once: the job is still starting Python
+    rc, out, err = finish(proc, timeout=120)
+    out = "".join(seen) + out
+    assert rc == 1, out[-3000:] + err[-3000:]
+    assert "1 CANCELLED" in out and "1 cells, 0 failed" in out
+    stopped = summary(sweep_dir / "0")
+    assert stopped["run/status"] == "interrupted"  # by the launcher, or by the cell itself had it begun
+    resume = [line for line in out.splitlines() if "resume them with:" in line]
+    assert len(resume) == 1
+    command = resume[0].split("resume them with: andrea-exp ")[1].split()
+    again = subprocess.run([sys.executable, "-m", "andrea_exp", *command], cwd=tmp_path, env=wandb_env(tmp_path),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert summary(sweep_dir / "0")["run/status"] == "finished"
+    assert steps_in(sweep_dir / "0") == list(range(20))

@@ -24,11 +24,12 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from andrea_exp.launch import sweep
 from andrea_exp.launch.slurm_conf import ON_INTERRUPT
-from andrea_exp.runs.rundir import read_summary
+from andrea_exp.runs import run_guard
+from andrea_exp.runs.rundir import HYDRA_DIR, read_summary, write_summary
 from andrea_exp.training import sweep_stop
 
 POLL_S = 2.0
@@ -245,11 +246,26 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         rows, returns = [], []
         for n, overrides, job in zip(cells, job_overrides, jobs):
             state = (states or {}).get(job.job_id, "unknown")
+            if run_guard.holding(sweep_dir / str(n)).kind == run_guard.NEW and state != "COMPLETED":
+                self._record_not_started(sweep_dir / str(n), list(overrides), state)
             summary = read_summary(sweep_dir / str(n))
             rows.append((str(n), job.job_id, state, str(summary.get("run/steps", "-")), str(job.paths.stdout)))
             returns.append(job_return(job, list(overrides), summary))
         print("\n" + format_states(array_id, rows), flush=True)
         return returns
+
+    def _record_not_started(self, run_dir: Path, overrides: list[str], state: str) -> None:
+        """A cell whose job ended before it could record anything (cancelled while Python started, a node that
+        failed): a summary at step 0 and the overrides Hydra would have written, so that the table shows it,
+        the command exits 1 and the sweep's resume command starts it."""
+        status = "interrupted" if state == "CANCELLED" else "failed"
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(cfg):
+            del cfg["hydra"]  # the cell's settings, as its summary records them
+        (run_dir / HYDRA_DIR).mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(OmegaConf.create(overrides), run_dir / HYDRA_DIR / "overrides.yaml")
+        write_summary(run_dir, {"run/status": status, "run/steps": 0,
+                                "run/error": f"not started: its SLURM job ended {state} before the cell began"}, cfg)
 
     def _wait(self, array_id: str, sweep_dir: Path, n_jobs: int, submitted: str) -> None:
         """Say `submitted`, then wait until no job of the array is queued; Ctrl-C or SIGTERM: say what runs on
