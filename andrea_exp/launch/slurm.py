@@ -246,7 +246,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         rows, returns = [], []
         for n, overrides, job in zip(cells, job_overrides, jobs):
             state = (states or {}).get(job.job_id, "unknown")
-            if run_guard.holding(sweep_dir / str(n)).kind == run_guard.NEW and state != "COMPLETED":
+            if state not in ("COMPLETED", "unknown") and run_guard.holding(sweep_dir / str(n)).kind == run_guard.NEW:
                 self._record_not_started(sweep_dir / str(n), list(overrides), state)
             summary = read_summary(sweep_dir / str(n))
             rows.append((str(n), job.job_id, state, str(summary.get("run/steps", "-")), str(job.paths.stdout)))
