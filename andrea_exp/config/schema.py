@@ -327,4 +327,4 @@ def is_scientific(dotted_key: str) -> bool:
     f = SETTINGS.get(dotted_key)
     return f is None or not f.metadata["operational"]
 
-import andrea_exp.launch.slurm_conf  # noqa: E402,F401  registers the SLURM launcher's settings beside these
+import andrea_exp.config.slurm_launcher  # noqa: E402,F401  registers the SLURM launcher's settings beside these

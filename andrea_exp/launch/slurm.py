@@ -26,8 +26,8 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import OmegaConf, open_dict
 
+from andrea_exp.config.slurm_launcher import ON_INTERRUPT
 from andrea_exp.launch import sweep
-from andrea_exp.launch.slurm_conf import ON_INTERRUPT
 from andrea_exp.runs import run_guard
 from andrea_exp.runs.rundir import HYDRA_DIR, read_summary, write_summary
 from andrea_exp.training import sweep_stop

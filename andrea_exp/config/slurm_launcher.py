@@ -14,7 +14,7 @@ ON_INTERRUPT = ("keep", "cancel")  # Ctrl-C / SIGTERM on the launcher: its jobs 
 
 @dataclass
 class SlurmLauncherConf(SlurmQueueConf):
-    on_interrupt: str = "keep"  # one of ON_INTERRUPT (checked by andrea_exp.launch.slurm before submitting)
+    on_interrupt: str = "keep"  # one of ON_INTERRUPT (checked by andrea_exp.launch.slurm before it submits)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="slurm_settings", node=SlurmLauncherConf,
