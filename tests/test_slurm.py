@@ -212,3 +212,87 @@ def test_ctrl_c_on_the_launcher_says_what_runs_on_and_how_to_cancel_or_collect_i
         assert subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip()
     finally:
         subprocess.run(["scancel", array])
+
+
+def test_ctrl_c_with_on_interrupt_cancel_cancels_the_jobs_and_each_cell_stops_with_a_checkpoint(tmp_path):
+    proc, sweep_dir = start(tmp_path, "model.d_k=8,16", "train.max_steps=200000", "hydra.launcher.on_interrupt=cancel")
+    seen: list[str] = []
+    array = array_id(proc, seen)
+    try:
+        wait_until(lambda: all((sweep_dir / c / "metrics.jsonl").is_file() and steps_in(sweep_dir / c)
+                               for c in ("0", "1")), what="both cells to train")
+        proc.send_signal(signal.SIGINT)
+        rc, out, err = finish(proc, timeout=120)
+        out = "".join(seen) + out
+        assert rc == 130, out[-3000:] + err[-3000:]
+        assert "Traceback" not in out + err
+        assert f"SIGINT: cancelling SLURM array {array} (2 job(s) queued or running" in err
+        assert not subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip()
+        assert "2 CANCELLED" in out
+        for cell in ("0", "1"):
+            stopped = summary(sweep_dir / cell)
+            assert stopped["run/status"] == "interrupted" and stopped["run/steps"] > 0
+            assert (sweep_dir / cell / "checkpoints" / "latest.pt").is_file()
+            assert steps_in(sweep_dir / cell) == list(range(stopped["run/steps"]))
+        resume = [line for line in out.splitlines() if "sweep stopped by SIGINT; resume it with:" in line]
+        assert len(resume) == 1 and "hydra/launcher=slurm" in resume[0] and "train.resume=true" in resume[0]
+    finally:
+        subprocess.run(["scancel", array])
+
+
+def test_an_unknown_on_interrupt_is_refused_in_one_line_before_anything_is_submitted(tmp_path):
+    proc, sweep_dir = start(tmp_path, "model.d_k=8", "train.max_steps=20", "hydra.launcher.on_interrupt=stop")
+    rc, out, err = finish(proc, timeout=120)
+    assert rc == 2
+    assert err.strip().splitlines() == ["error: hydra.launcher.on_interrupt must be one of keep, cancel; got 'stop'"]
+    assert not (sweep_dir / ".submitit").exists()
+
+
+def test_a_cell_cancelled_while_it_sets_up_stops_instead_of_training_on(tmp_path):
+    proc, sweep_dir = start(tmp_path, "model.d_k=8", "train.max_steps=200000")
+    seen: list[str] = []
+    array = array_id(proc, seen)
+    # the cell's set-up has begun (its first line), its training not yet: submitit's own handlers are in place
+    wait_until(lambda: "torch threads 1" in job_log(sweep_dir, array), what="the cell to set up")
+    assert not (sweep_dir / "0" / "metrics.jsonl").exists()
+    subprocess.run(["scancel", array], check=True)
+    rc, out, err = finish(proc, timeout=120)
+    out = "".join(seen) + out
+    assert rc == 1, out[-3000:] + err[-3000:]
+    assert "1 CANCELLED" in out
+    stopped = summary(sweep_dir / "0")
+    assert stopped["run/status"] == "interrupted"
+    if stopped["run/steps"]:  # the signal came once training had begun: after its step, with a checkpoint
+        assert (sweep_dir / "0" / "checkpoints" / "latest.pt").is_file()
+    else:
+        assert stopped["run/error"] == "not started: its SLURM job was cancelled by SIGTERM"
+    log = job_log(sweep_dir, array)
+    assert "Bypassing signal SIGTERM" not in log and "Traceback" not in log, log[-3000:]
+
+
+def job_log(sweep_dir: Path, array: str) -> str:
+    """The stdout and stderr of the array's task 0 so far."""
+    return "".join(p.read_text() for p in (sweep_dir / ".submitit").glob(f"{array}_0*_log.*"))
+
+
+def test_a_cell_cancelled_as_its_job_starts_is_recorded_and_the_sweeps_resume_trains_it(tmp_path):
+    proc, sweep_dir = start(tmp_path, "model.d_k=8", "train.max_steps=20")
+    seen: list[str] = []
+    array = array_id(proc, seen)
+    wait_until(lambda: "RUNNING" in subprocess.run(["squeue", "-h", "-j", array, "-o", "%T"], capture_output=True,
+                                                   text=True).stdout, what="the job to run")
+    subprocess.run(["scancel", array], check=True)  # at once: the job is still starting Python
+    rc, out, err = finish(proc, timeout=120)
+    out = "".join(seen) + out
+    assert rc == 1, out[-3000:] + err[-3000:]
+    assert "1 CANCELLED" in out and "1 cells, 0 failed" in out
+    stopped = summary(sweep_dir / "0")
+    assert stopped["run/status"] == "interrupted"  # by the launcher, or by the cell itself had it begun
+    resume = [line for line in out.splitlines() if "resume them with:" in line]
+    assert len(resume) == 1
+    command = resume[0].split("resume them with: andrea-exp ")[1].split()
+    again = subprocess.run([sys.executable, "-m", "andrea_exp", *command], cwd=tmp_path, env=wandb_env(tmp_path),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert summary(sweep_dir / "0")["run/status"] == "finished"
+    assert steps_in(sweep_dir / "0") == list(range(20))

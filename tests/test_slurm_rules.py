@@ -41,6 +41,8 @@ def test_sinfo_time_limits_and_gres_read_as_minutes_and_gpus():
     ({"partition": "big"}, "hydra.launcher.partition=big: no such partition on this cluster (it has: cpu, gpu)"),
     ({"timeout_min": 1, "signal_delay_s": 60}, "hydra.launcher.signal_delay_s=60 is not shorter than "
      "hydra.launcher.timeout_min=1 (60 s): the time-limit signal would come before the cell starts; set it below 60"),
+    ({"on_interrupt": "cancel"}, None),
+    ({"on_interrupt": "stop"}, "hydra.launcher.on_interrupt must be one of keep, cancel; got 'stop'"),
 ])
 def test_a_request_no_node_can_run_is_refused_in_one_line(change, refusal):
     assert request_refusal({**FITS, **change}, SINFO) == refusal

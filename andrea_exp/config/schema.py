@@ -401,3 +401,5 @@ def is_scientific(dotted_key: str) -> bool:
         return any(key.startswith(dotted_key + ".") for key in SCIENTIFIC_KEYS)
     f = SETTINGS.get(dotted_key)
     return f is None or not f.metadata["operational"]
+
+import andrea_exp.config.slurm_launcher  # noqa: E402,F401  registers the SLURM launcher's settings beside these

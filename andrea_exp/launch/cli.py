@@ -17,12 +17,12 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, checked, command_line_error
-from andrea_exp.launch import devices, local_workers, orphans, slurm_job, sweep
+from andrea_exp.launch import devices, gpu_memory, local_workers, orphans, slurm_job, sweep
 from andrea_exp.launch.startup import interrupted_at_start_up
 from andrea_exp.runs import run_guard, table, tracking
 from andrea_exp.runs.end_lines import end_of_run_lines
@@ -81,15 +81,28 @@ def run_job(cfg: DictConfig) -> dict:
         stopped_by = sweep_stop.requested(sweep_dir)
         if stopped_by is not None:  # Ctrl-C before this cell began: recorded, not started
             return record_not_started(cfg, run_dir, held, stopped_by)
+    shares_gpu = contextlib.nullcontext(True)
     if joblib_worker:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = settings.train.device = device
+            if int(OmegaConf.select(cfg, "cells_per_gpu", default=1)) > 1:  # it waits until it fits on its GPU
+                shares_gpu = gpu_memory.shared_gpu(sweep_dir, devices.claimed_gpu(), device, hydra_cfg.job.num,
+                                                   run_dir, lambda: sweep_stop.requested(sweep_dir)
+                                                   or sweep_stop.WORKER.signum)
+    if in_slurm and sweep_stop.WORKER.signum is not None:  # the job was cancelled while it started: not trained
+        print(f"[andrea-exp] cell {hydra_cfg.job.num}: {signal.Signals(sweep_stop.WORKER.signum).name} before its "
+              "first step; not started", flush=True)
+        TIME_LIMIT.ignore_from_now()
+        return record_not_started(cfg, run_dir, held, sweep_stop.WORKER.signum, why="its SLURM job was cancelled")
     from andrea_exp.training.interrupts import Interrupted  # torch imports kept out of config errors' path
     from andrea_exp.training.loop import AlreadyFinished, train
 
     try:
-        with orphans.cell_running() if in_worker else contextlib.nullcontext():
+        with orphans.cell_running() if in_worker else contextlib.nullcontext(), shares_gpu as started:
+            if not started:  # the sweep was stopped while the cell waited for room on its GPU
+                return record_not_started(cfg, run_dir, held, sweep_stop.requested(sweep_dir)
+                                          or sweep_stop.WORKER.signum)
             summary = train(settings, run_dir)
     except AlreadyFinished as done:
         discard_resume_record(run_dir, hydra_cfg)
@@ -169,13 +182,14 @@ def guard_run_dir(settings, hydra_cfg, run_dir: Path, held: run_guard.Holding, i
     return None
 
 
-def record_not_started(cfg, run_dir: Path, held: run_guard.Holding, stopped_by: int) -> dict:
+def record_not_started(cfg, run_dir: Path, held: run_guard.Holding, stopped_by: int,
+                       why: str = "the sweep was stopped") -> dict:
     """A cell the stopped sweep never began: a new one is recorded as interrupted at step 0; one that holds a
     run already (a resumed sweep stopped again) keeps its files as they are."""
     if held.kind not in run_guard.FREE:
         return read_summary(run_dir)
     summary = {"run/status": "interrupted", "run/steps": 0,
-               "run/error": f"not started: the sweep was stopped by {signal.Signals(stopped_by).name}"}
+               "run/error": f"not started: {why} by {signal.Signals(stopped_by).name}"}
     write_summary(run_dir, summary, cfg)
     return summary
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 _parent_visible: list[str] | None = None  # the GPUs this worker was started with
-_claimed: tuple[int, str, object] | None = None  # (slot, gpu id, open lock file) of this worker
+_claimed: tuple[int, str, object, str] | None = None  # (slot, device index, open lock file, GPU id) of this worker
 
 
 def visible_gpus() -> list[str]:
@@ -84,12 +84,17 @@ def assign_device(cfg, sweep_dir: Path, job_num: int) -> str | None:
         gpu = gpu_for_slot(slot, _parent_visible)
         if _cuda_started():
             # CUDA already saw the parent's list: address the GPU by its position in it instead
-            _claimed = (slot, str(_parent_visible.index(gpu)), fh)
+            _claimed = (slot, str(_parent_visible.index(gpu)), fh, gpu)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-            _claimed = (slot, "0", fh)
+            _claimed = (slot, "0", fh, gpu)
         print(f"[andrea-exp] worker {os.getpid()}: slot {slot}, GPU {gpu}", flush=True)
     return f"cuda:{_claimed[1]}"
+
+
+def claimed_gpu() -> str | None:
+    """The GPU (its id among the launcher's) this worker was pinned to, or None."""
+    return None if _claimed is None else _claimed[3]
 
 
 def register_resolver() -> None:

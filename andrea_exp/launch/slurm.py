@@ -24,10 +24,13 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
+from andrea_exp.config.slurm_launcher import ON_INTERRUPT
 from andrea_exp.launch import sweep
-from andrea_exp.runs.rundir import read_summary
+from andrea_exp.runs import run_guard
+from andrea_exp.runs.rundir import HYDRA_DIR, read_summary, write_summary
+from andrea_exp.training import sweep_stop
 
 POLL_S = 2.0
 SETTING = "hydra.launcher"
@@ -70,6 +73,9 @@ def _gpus(gres: str) -> int:
 def request_refusal(params: dict, sinfo: str | None) -> str | None:
     """One line refusing a request that no node of the partition can run (it would pend until cancelled),
     or None. `sinfo` is `sinfo -h -o '%P|%c|%m|%G|%l'`'s output; None (no sinfo) checks only the request."""
+    on_interrupt = params.get("on_interrupt", "keep")
+    if on_interrupt not in ON_INTERRUPT:
+        return f"{SETTING}.on_interrupt must be one of {', '.join(ON_INTERRUPT)}; got {on_interrupt!r}"
     timeout_min, delay_s = params.get("timeout_min"), params.get("signal_delay_s")
     if timeout_min and delay_s is not None and delay_s >= timeout_min * 60:
         return (f"{SETTING}.signal_delay_s={delay_s} is not shorter than {SETTING}.timeout_min={timeout_min} "
@@ -160,6 +166,20 @@ def wait_for(array_id: str, poll_s: float = POLL_S) -> None:
         time.sleep(poll_s)
 
 
+def cancel(array_id: str, signum: int, running: int) -> None:
+    """hydra.launcher.on_interrupt=cancel: scancel the array and wait until its jobs have left the queue (each
+    running cell stops after its step with a checkpoint). The sweep is then stopped by `signum`: its end
+    prints the table and the resume command, and the command exits 128 + signum."""
+    name = signal.Signals(signum).name
+    print(f"[andrea-exp] {name}: cancelling SLURM array {array_id} ({running} job(s) queued or running; "
+          f"{SETTING}.on_interrupt=cancel): each running cell stops after its step with a checkpoint (a second "
+          "signal stops waiting for them)", file=sys.stderr, flush=True)
+    sweep_stop.LAUNCHER.signum = signum
+    if subprocess.run(["scancel", array_id], capture_output=True, text=True).returncode != 0:
+        print(f"[andrea-exp] scancel {array_id} failed; cancel the jobs by hand", file=sys.stderr, flush=True)
+    wait_for(array_id)
+
+
 NOT_FINAL = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "SUSPENDED", "RESIZING")
 
 
@@ -185,6 +205,22 @@ def final_states(array_id: str, tries: int = 10, poll_s: float = 1.0) -> dict[st
 
 
 class SlurmLauncher(submitit_launcher.SlurmLauncher):
+    """In the launching process, `launch` submits and waits. In each cell's job on its node submitit loads
+    the launcher, installs its own signal handlers and calls it with the cell's overrides. submitit's SIGTERM
+    handler only logs "Bypassing signal SIGTERM": a scancel during the cell's set-up would be ignored and the
+    cell would train on. Taken from the moment the job has loaded the launcher (before submitit's handlers,
+    again after them), the signal is kept instead (sweep_stop.WORKER): the cell stops before its first step,
+    or after the step it is in."""
+
+    def __setstate__(self, state: dict) -> None:
+        sweep_stop.WORKER.take()
+        self.__dict__.update(state)
+
+    def __call__(self, *args, **kwargs) -> JobReturn:
+        sweep_stop.WORKER.give_back()  # submitit's bypass is not kept as the handler a second signal reaches
+        sweep_stop.WORKER.take()
+        return super().__call__(*args, **kwargs)
+
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         import submitit
 
@@ -210,11 +246,26 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         rows, returns = [], []
         for n, overrides, job in zip(cells, job_overrides, jobs):
             state = (states or {}).get(job.job_id, "unknown")
+            if state not in ("COMPLETED", "unknown") and run_guard.holding(sweep_dir / str(n)).kind == run_guard.NEW:
+                self._record_not_started(sweep_dir / str(n), list(overrides), state)
             summary = read_summary(sweep_dir / str(n))
             rows.append((str(n), job.job_id, state, str(summary.get("run/steps", "-")), str(job.paths.stdout)))
             returns.append(job_return(job, list(overrides), summary))
         print("\n" + format_states(array_id, rows), flush=True)
         return returns
+
+    def _record_not_started(self, run_dir: Path, overrides: list[str], state: str) -> None:
+        """A cell whose job ended before it could record anything (cancelled while Python started, a node that
+        failed): a summary at step 0 and the overrides Hydra would have written, so that the table shows it,
+        the command exits 1 and the sweep's resume command starts it."""
+        status = "interrupted" if state == "CANCELLED" else "failed"
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(cfg):
+            del cfg["hydra"]  # the cell's settings, as its summary records them
+        (run_dir / HYDRA_DIR).mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(OmegaConf.create(overrides), run_dir / HYDRA_DIR / "overrides.yaml")
+        write_summary(run_dir, {"run/status": status, "run/steps": 0,
+                                "run/error": f"not started: its SLURM job ended {state} before the cell began"}, cfg)
 
     def _wait(self, array_id: str, sweep_dir: Path, n_jobs: int, submitted: str) -> None:
         """Say `submitted`, then wait until no job of the array is queued; Ctrl-C or SIGTERM: say what runs on
@@ -228,6 +279,9 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
             for s, handler in previous.items():
                 signal.signal(s, handler)
             left = queued(array_id)
+            if self.params.get("on_interrupt") == "cancel":
+                cancel(array_id, signum, n_jobs if left is None else len(left))
+                return
             print(stopped_message(signum, array_id, n_jobs if left is None else len(left), sweep_dir,
                                   sweep.sweep_resume_command(self.config, sweep_dir)), file=sys.stderr, flush=True)
             sys.exit(128 + signum)
@@ -270,7 +324,7 @@ def submitit_executor(cluster: str, params: dict):
     executor = submitit.AutoExecutor(cluster=cluster, **init)
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{k if k in base else f"{cluster}_{k}": v for k, v in params.items()
-                                  if k not in ("submitit_folder", "max_num_timeout")})
+                                  if k not in ("submitit_folder", "max_num_timeout", "on_interrupt")})
     return executor
 
 

@@ -98,9 +98,10 @@ LAUNCHER = LauncherStop()
 
 
 class WorkerStop(FirstSignal):
-    """In a local sweep's worker process, for its whole life: the first signal is kept (the cell it sets up next,
-    or is setting up, stops at its first step) instead of ending the worker; a running cell's own StopRequest
-    takes the signal first and passes it on here, so the second one kills in either case."""
+    """In a local sweep's worker process, or a SLURM job's cell (launch/slurm.py), for its whole life: the first
+    signal is kept (the cell it sets up next, or is setting up, stops at its first step) instead of ending the
+    worker; a running cell's own StopRequest takes the signal first and passes it on here, so the second one
+    kills in either case."""
 
 
 WORKER = WorkerStop()
