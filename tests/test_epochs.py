@@ -16,7 +16,8 @@ from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments.evaluate import sequence_losses
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.training import checkpoint
-from andrea_exp.training.loop import build_model, train
+from andrea_exp.training.cell import build_model
+from andrea_exp.training.loop import train
 
 # the tiny preset: 64 training windows of T 16 = 1024 training tokens; batch 8 x 16 = 128 tokens a step
 TRAIN_TOKENS, PER_STEP = 64 * 16, 8 * 16

@@ -10,8 +10,8 @@ import torch
 from conftest import compose_tiny
 
 from andrea_exp.config.validation import ConfigError
+from andrea_exp.training.cell import build_model, build_optimizer, build_step, wrap_for_training
 from andrea_exp.training.graphed_step import GraphedStep, use_cuda_graph
-from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
 from andrea_exp.training.runtime import setup_runtime
 
 ON = dict(device_type="cuda", world_size=1, dropout=0.0)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import compose_config
 
 from andrea_exp.model.decoder import Andrea, ModelConfig
-from andrea_exp.training.loop import build_model
+from andrea_exp.training.cell import build_model
 
 
 def small_cfg(**overrides) -> ModelConfig:

@@ -157,7 +157,7 @@ def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
 
 
 def test_adam_betas_and_weight_decay_come_from_the_settings():
-    from andrea_exp.training.loop import build_model, build_optimizer
+    from andrea_exp.training.cell import build_model, build_optimizer
 
     cfg = compose_config(*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3")
     optimizer, _ = build_optimizer(build_model(cfg, vocab_size=16), cfg, torch.device("cpu"))

@@ -14,7 +14,7 @@ from andrea_exp.config import variants
 from andrea_exp.config.schema import CONF_DIR, SETTINGS, ModelSchema
 from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.model.decoder import Andrea, ModelConfig
-from andrea_exp.training.loop import build_model
+from andrea_exp.training.cell import build_model
 
 TINY = dict(vocab_size=12, d_model=32, n_layer=1, n_head=2, d_k=8, d_v=8, block_size=16)
 

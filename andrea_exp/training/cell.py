@@ -6,16 +6,22 @@ allows one). `train()` and every benchmark build a run here, so a benchmark time
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
+from andrea_exp.config.schema import ModelSchema
 from andrea_exp.data.sources import build_dataset
 from andrea_exp.instruments import attn_stats
+from andrea_exp.model.decoder import Andrea
 from andrea_exp.training import checkpoint
-from andrea_exp.training.runtime import Runtime, setup_runtime
+from andrea_exp.training.graphed_step import GraphedStep, step_body, use_cuda_graph
+from andrea_exp.training.runtime import Runtime, all_reduce_mean, setup_runtime
 
 
 @dataclass
@@ -41,9 +47,6 @@ def build_cell(cfg, rt: Runtime | None = None, resumed: dict | None = None, ckpt
     here); resumed: a checkpoint's state (training.checkpoint.load) restored into the model, optimiser and
     schedule before the step is built (a resumed run starts with the graph's eager warm-up steps again), its
     file `ckpt_path` named in a refusal. The random streams are the caller's to restore, after its own set-up."""
-    # the pieces sit beside the loop, which imports this module
-    from andrea_exp.training.loop import build_model, build_optimizer, build_step, wrap_for_training
-
     rt = rt or setup_runtime(cfg)
     torch.manual_seed(cfg.seed)
     data = build_dataset(cfg.data, cfg.data.seq_len, cfg.seed).to(rt.device)
@@ -57,3 +60,66 @@ def build_cell(cfg, rt: Runtime | None = None, resumed: dict | None = None, ckpt
     params = [p for p in model.parameters() if p.requires_grad]
     step = build_step(cfg, rt, train_model, params, optimizer, scheduler, cfg.train.grad_clip)
     return Cell(rt, data, model, optimizer, scheduler, stats, train_model, params, step)
+
+
+# ---------------------------------------------------------------- the pieces
+
+
+def build_model(cfg, vocab_size: int) -> Andrea:
+    """The model of `cfg.model`; model.vocab_size null takes the data's `vocab_size`. cfg: the settings (a Config),
+    or a composed or plain config (a run's saved config.yaml, a test's), read into the same dataclass."""
+    if isinstance(cfg.model, ModelSchema):
+        model = copy.copy(cfg.model)  # the settings keep model.vocab_size as given
+    elif OmegaConf.get_type(cfg.model) is ModelSchema:
+        model = OmegaConf.to_object(cfg.model)
+    else:
+        model = ModelSchema(**OmegaConf.to_container(cfg.model, resolve=True))
+    if model.vocab_size is None:
+        model.vocab_size = vocab_size
+    built = Andrea(model)
+    # a training setting the model's loss applies (0 where a saved or test config predates it)
+    built.z_loss = float(getattr(getattr(cfg, "train", None), "z_loss", 0.0) or 0.0)
+    return built
+
+
+def build_optimizer(model, cfg, device):
+    tc = cfg.train
+    fused = device.type == "cuda"
+    optimizer = torch.optim.AdamW(model.param_groups(tc.weight_decay), lr=tc.lr, betas=(tc.beta1, tc.beta2),
+                                  fused=fused)
+    warmup = max(tc.warmup_steps, 0)
+    decay = max(tc.max_steps - warmup, 1)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=decay, eta_min=tc.lr * tc.min_lr_ratio)
+    if warmup == 0:
+        return optimizer, cosine
+    ramp = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0 / (warmup + 1), total_iters=warmup)
+    return optimizer, torch.optim.lr_scheduler.SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])
+
+
+def wrap_for_training(model, cfg, rt: Runtime):
+    """The module the step calls: compiled and/or DDP-wrapped; `model` itself stays plain for eval and probes."""
+    wrapped = torch.compile(model, mode=cfg.train.compile_mode) if cfg.train.compile else model
+    if rt.world_size > 1:
+        ids = [rt.device.index] if rt.device.type == "cuda" else None
+        wrapped = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
+    return wrapped
+
+
+def train_step(model, params, optimizer, scheduler, x, y, rt: Runtime, grad_clip: float):
+    """One optimiser update; returns (loss, grad norm before clipping, lr used), tensors left on the device."""
+    lr = scheduler.get_last_lr()[0]
+    loss, gn = step_body(model, params, optimizer, x, y, rt.autocast, grad_clip)
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return all_reduce_mean(loss, rt), gn, lr
+
+
+def build_step(cfg, rt: Runtime, train_model, params, optimizer, scheduler, grad_clip: float):
+    """`step(x, y) -> (loss, grad norm, lr)`: a replayed CUDA graph (train.cuda_graph) or the eager train_step.
+    Built after any checkpoint restore: a resumed run starts with the graph's eager warm-up steps again."""
+    cuda_graph = cfg.train.cuda_graph
+    if use_cuda_graph(cuda_graph, device_type=rt.device.type, world_size=rt.world_size,
+                      dropout=float(cfg.model.dropout), compile=bool(cfg.train.compile)):
+        return GraphedStep(train_model, params, optimizer, scheduler, amp_dtype=rt.amp_dtype, grad_clip=grad_clip,
+                           fallback=cuda_graph == "auto", log=lambda line: print(line, flush=True))
+    return functools.partial(train_step, train_model, params, optimizer, scheduler, rt=rt, grad_clip=grad_clip)

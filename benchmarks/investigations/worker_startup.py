@@ -32,7 +32,7 @@ def child(started: float, smoke: bool) -> None:
     marks = {"interpreter": time.time() - started}
     import torch
     marks["torch"] = time.time() - started
-    import andrea_exp.training.loop as train_loop
+    import andrea_exp.training.loop  # noqa: F401 (what a worker loads before its first cell)
     marks["train_loop"] = time.time() - started
     import andrea_exp.instruments.probe  # noqa: F401 (matplotlib, as a cell's first map needs it)
     marks["probe"] = time.time() - started
@@ -45,7 +45,9 @@ def child(started: float, smoke: bool) -> None:
     cfg = compose_cfg(overrides)
     data = build_dataset(cfg.data, cfg.data.seq_len, 0).to(device)
     marks["data"] = time.time() - started
-    train_loop.build_model(cfg, data.vocab_size).to(device)
+    from andrea_exp.training.cell import build_model  # loaded with the loop above
+
+    build_model(cfg, data.vocab_size).to(device)
     if device.type == "cuda":
         torch.cuda.synchronize()
     marks["model"] = time.time() - started
