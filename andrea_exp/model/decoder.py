@@ -13,8 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from andrea_exp.config.schema import ModelSchema
-from andrea_exp.config.variants import normalize_mask_fill, resolve_attn_impl, score_transforms
-from andrea_exp.model.attention import HEAD_MAJOR, PATHS, Mask, scale_factor
+from andrea_exp.config.variants import normalize_mask_fill, score_transforms
+from andrea_exp.model.attention import HEAD_MAJOR, PATHS, Mask
 from andrea_exp.model.chunked_loss import OUTPUT_STATS, linear_cross_entropy_with_stats, output_stats
 from andrea_exp.model.head_gemms import head_projection
 from andrea_exp.model.sigma_reparam import reparametrize
@@ -46,11 +46,11 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.n_head * cfg.d_v, cfg.d_model, bias=False)
         self.q_norm = nn.LayerNorm(cfg.d_k) if cfg.qk_layernorm else nn.Identity()
         self.k_norm = nn.LayerNorm(cfg.d_k) if cfg.qk_layernorm else nn.Identity()
-        self.scale = scale_factor(cfg.scale, cfg.d_k)
+        self.scale = cfg.scale_factor  # 1/sqrt(d_k), 1 or 1/d_k (config.variants.SCALES)
         self.causal = bool(cfg.causal)
         self.mask_fill = normalize_mask_fill(cfg.mask_fill)
         self.transforms = score_transforms(cfg)  # of the scaled scores, before the mask (config.variants)
-        self.impl = resolve_attn_impl(cfg)  # fused | explicit | bilinear: the layer's path (attention.PATHS)
+        self.impl = cfg.attn_path  # fused | explicit | bilinear, resolved once: the layer's path (attention.PATHS)
         self.sdpa_backend = cfg.sdpa_backend
         self.fused_qkv = bool(cfg.fused_qkv)
         self.stages: dict | None = None
