@@ -1,11 +1,13 @@
 """`python -m andrea_exp` and the andrea-exp command: the Hydra app in andrea_exp/launch/cli.py, imported inside
 launch/startup.py's Ctrl-C guard, so that an interrupt while torch and Hydra load ends in one line too."""
 
+from andrea_exp import timeline
 from andrea_exp.launch.startup import start_up_guard
 
 
 def main() -> None:
-    with start_up_guard():
+    timeline.mark("main")  # the interpreter is up: what came before is the process's start
+    with start_up_guard(), timeline.span("imports"):
         from andrea_exp.launch.cli import main as command
     command()
 

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -19,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from andrea_exp import timeline
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
@@ -84,8 +86,9 @@ def run_job(cfg: DictConfig) -> dict:
         device = devices.assign_device(cfg, Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # before CUDA starts
         if device is not None:
             cfg.train.device = device
-    from andrea_exp.training.interrupts import Interrupted  # torch imports kept out of config errors' path
-    from andrea_exp.training.loop import AlreadyFinished, train
+    with timeline.span("train_imports"):  # torch imports kept out of config errors' path
+        from andrea_exp.training.interrupts import Interrupted
+        from andrea_exp.training.loop import AlreadyFinished, train
 
     try:
         with orphans.cell_running() if in_worker else contextlib.nullcontext():
@@ -293,7 +296,21 @@ def _is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run_job)
+def timed_job(cfg: DictConfig) -> dict:
+    """run_job, recorded on the command's timeline (andrea_exp.timeline) with the run's own phase times."""
+    if not timeline.enabled():
+        return run_job(cfg)
+    start, summary = time.time(), None
+    try:
+        summary = run_job(cfg)
+        return summary
+    finally:
+        phases = {k: v for k, v in (summary or {}).items() if k.startswith("run/time/") or k == "run/wall_s"}
+        cell = HydraConfig.get().job.num if HydraConfig.get().mode == RunMode.MULTIRUN else None
+        timeline.record("job", start, time.time(), cell=cell, phases=phases)
+
+
+_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(timed_job)
 
 
 def main() -> None:

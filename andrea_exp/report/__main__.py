@@ -6,8 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.config.errors import describe_os_error, unwritable
-from andrea_exp.report.markdown import NoRuns, write_report
+from andrea_exp import timeline
+
+timeline.mark("main")  # the interpreter is up: what came before is the process's start
+with timeline.span("imports"):
+    from andrea_exp.config.errors import describe_os_error, unwritable
+    from andrea_exp.report.markdown import NoRuns, write_report
 
 DEFAULT_OUT = "report"  # beside the runs: SWEEP_DIR/report for one directory, ./report for several
 

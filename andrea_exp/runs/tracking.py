@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
+from andrea_exp import timeline
 from andrea_exp.runs import naming, rundir
 from andrea_exp.runs.metric_keys import CONSTANTS, MIN_IN_SUMMARY, RUN_STATUS, TRAIN_STEP, layer_of
 
@@ -150,7 +151,8 @@ class Tracker:
         self._reopened = False  # the W&B run was continued in a new service process once already
         if enabled:
             try:
-                self._start_wandb(resume_step)
+                with timeline.span("wandb_init"):
+                    self._start_wandb(resume_step)
             except Exception as err:  # W&B is the dashboard, never a reason for a run to fail
                 _say_once(f"[andrea-exp] W&B disabled for this run: {type(err).__name__}: {err}")
                 self.wandb_run = None
@@ -331,7 +333,8 @@ class Tracker:
                     r.finish(exit_code=1 if failed else 0)
 
                 _open_runs.remove(run)
-                self._wandb_call("finish", close)
+                with timeline.span("wandb_finish"):
+                    self._wandb_call("finish", close)
                 if self.wandb_run in _open_runs:  # the run continued in a new service
                     _open_runs.remove(self.wandb_run)
                 self.wandb_run = None
