@@ -66,9 +66,10 @@ def read_events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_command(argv: list[str], events_file: Path, cwd: Path) -> tuple[float, float, int, list[dict], str]:
-    """(launch, exit, pid, spans, output tail) of one process with the timeline switched on."""
-    env = {**os.environ, "ANDREA_EXP_TIMELINE": str(events_file), "PYTHONPATH": str(ROOT)}
+def run_command(argv: list[str], events_file: Path, cwd: Path, tree: Path = ROOT) -> tuple:
+    """(launch, exit, pid, spans, output tail) of one process of `tree`'s code with the timeline switched on:
+    launch and exit in wall-clock seconds, as the spans."""
+    env = {**os.environ, "ANDREA_EXP_TIMELINE": str(events_file), "PYTHONPATH": str(tree)}
     env.setdefault("WANDB_MODE", "offline")
     env.setdefault("WANDB_SILENT", "true")
     launch = time.time()
@@ -168,14 +169,14 @@ def measure(entry: str, args: argparse.Namespace, workdir: Path, repeat: int) ->
     if entry == "report":
         grid = args.report_dir or grid_for_report(workdir)
         argv = [sys.executable, "-m", "andrea_exp.report", str(grid), "--out", str(workdir / f"report_{repeat}")]
-        launch, ended, pid, spans, _ = run_command(argv, events, workdir)
+        launch, ended, pid, spans, _ = run_command(argv, events, workdir, args.tree)
         result = report_timeline(launch, ended, pid, spans)
     else:
         given = command_args(entry, args.cells_per_gpu)
         where = workdir / f"{entry}_{repeat}"
         place = [f"hydra.sweep.dir={where}"] if "-m" in given else [f"hydra.run.dir={where}"]
         argv = [sys.executable, "-m", "andrea_exp", *given, *args.extra, *place]
-        launch, ended, pid, spans, _ = run_command(argv, events, workdir)
+        launch, ended, pid, spans, _ = run_command(argv, events, workdir, args.tree)
         result = training_timeline(launch, ended, pid, spans)
     result["argv"] = argv[1:]
     return result
@@ -211,6 +212,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every andrea-exp command "
                         "(a CPU-sized run: train.max_steps=40)")
     parser.add_argument("--report-dir", type=Path, help="the report's input (default: the committed grid, unpacked)")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code the commands run (default: "
+                        "this one; another commit's, unpacked, for a before/after comparison)")
     parser.add_argument("--workdir", type=Path, help="where the runs go (default: a temporary folder, removed)")
     parser.add_argument("--out", type=Path, help="JSON (default: benchmarks/results/timeline_<machine>.json)")
     args = parser.parse_args(argv)
@@ -239,7 +242,8 @@ def main(argv=None) -> dict:
                     f"{k} {v:.2f}" for k, v in result["parts"].items()), flush=True)
     import torch
 
-    result = {"machine": args.machine, "commit": git_commit(), "python": platform.python_version(),
+    result = {"machine": args.machine, "commit": git_commit(args.tree),
+              "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "python": platform.python_version(),
               "torch": torch.__version__, "cpus": os.cpu_count(),
               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
               "repeats": args.repeats, "extra_overrides": args.extra, "wandb_mode": os.environ.get("WANDB_MODE",

@@ -149,6 +149,7 @@ class Tracker:
         self._wandb = None
         self._charted: set[str] = set()  # keys logged to W&B so far (a per-layer key is hidden when first seen)
         self._reopened = False  # the W&B run was continued in a new service process once already
+        self._pending_images: list[tuple[dict, int]] = []  # (PNGs being drawn, step), logged at finish
         if enabled:
             try:
                 with timeline.span("wandb_init"):
@@ -285,13 +286,30 @@ class Tracker:
         self._charted.update(metrics)
 
     def log_images(self, images: dict, step: int) -> None:
-        """images: name -> PNG path, already written to the run directory."""
+        """images: name -> PNG path, written to the run directory; or a mapping with `wait()` (the PNGs still
+        being drawn, instruments/map_worker.py), logged when the run ends, in the order given."""
+        if hasattr(images, "wait"):
+            if self.enabled and images:
+                self._pending_images.append((images, step))
+            return
         if not self.enabled or not images or self.wandb_run is None:
             return
         wandb = self._wandb
         self._wandb_call("log_images", lambda run: run.log(
             {name: wandb.Image(str(path), caption=f"step {step}") for name, path in images.items()}
             | {TRAIN_STEP: step}))
+
+    def _log_pending_images(self) -> None:
+        """Every PNG still being drawn on disk, then in W&B at its step. A drawing that failed costs the maps, never
+        the run: one line says so."""
+        pending, self._pending_images = self._pending_images, []
+        for images, step in pending:
+            try:
+                drawn = images.wait()
+            except Exception as err:  # the maps are pictures of numbers already logged
+                _say_once(f"[andrea-exp] attention maps not drawn: {type(err).__name__}: {err}")
+                return
+            self.log_images(drawn, step)
 
     def log_histograms(self, tensors: dict, step: int) -> None:
         """tensors: name -> tensor of values (e.g. attention scores); masked (non-finite) entries are dropped."""
@@ -315,6 +333,7 @@ class Tracker:
         """Write summary.json (with the resolved config) and close every sink; a failed run is marked failed."""
         if not self.enabled:
             return
+        self._log_pending_images()
         try:
             rundir.write_summary(self.run_dir, summary, self.cfg)
         finally:

@@ -116,9 +116,10 @@ def wrap_for_training(model, cfg, rt: Runtime):
 def build_probe(cfg, model, held_out, run_dir: Path, rt: Runtime):
     if cfg.probe.every <= 0 or not rt.is_main:
         return None
+    from andrea_exp.instruments import map_worker
     from andrea_exp.instruments.probe import Probe
 
-    return Probe(model, held_out[: cfg.probe.batch_size], cfg.probe, run_dir)
+    return Probe(model, held_out[: cfg.probe.batch_size], cfg.probe, run_dir, drawer=map_worker.shared())
 
 
 def probe_due(step: int, cfg_probe) -> bool:
