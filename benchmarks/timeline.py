@@ -19,11 +19,13 @@ of the command (the launching one, the sweep's workers) appends its spans there,
 
     PYTHONPATH=. python3 benchmarks/timeline.py --machine h200           # -> benchmarks/results/timeline_h200.json
     PYTHONPATH=. python3 benchmarks/timeline.py --machine cpu --repeats 3 --cells-per-gpu 2 \\
-        --extra train.max_steps=40                                          # a CPU-sized version
+        --extra train.max_steps=10 --before /tmp/old                       # a CPU-sized version, beside older code
 
 Commands run as `python -m andrea_exp` / `python -m andrea_exp.report` with this interpreter (the same code as the
 console scripts); W&B runs offline unless WANDB_MODE says otherwise. `--repeats N` runs every command N times,
 one after the other, and the JSON gives the median of the wall time and of each part beside every run's timeline.
+`--before DIR` times a second checkout's code the same way (each command of it right after this tree's), for a
+before/after comparison under the same load.
 """
 
 from __future__ import annotations
@@ -162,21 +164,23 @@ def grid_for_report(workdir: Path) -> Path:
     return target
 
 
-def measure(entry: str, args: argparse.Namespace, workdir: Path, repeat: int) -> dict:
-    """One run of one entry: its command, wall time and parts."""
+def measure(entry: str, args: argparse.Namespace, workdir: Path, repeat: int, tree: Path) -> dict:
+    """One run of one entry with `tree`'s code: its command, wall time and parts."""
+    workdir = workdir / ("before" if tree != args.tree else "this")
+    workdir.mkdir(parents=True, exist_ok=True)
     events = workdir / f"{entry}_{repeat}.events.jsonl"
     events.unlink(missing_ok=True)
     if entry == "report":
         grid = args.report_dir or grid_for_report(workdir)
         argv = [sys.executable, "-m", "andrea_exp.report", str(grid), "--out", str(workdir / f"report_{repeat}")]
-        launch, ended, pid, spans, _ = run_command(argv, events, workdir, args.tree)
+        launch, ended, pid, spans, _ = run_command(argv, events, workdir, tree)
         result = report_timeline(launch, ended, pid, spans)
     else:
         given = command_args(entry, args.cells_per_gpu)
         where = workdir / f"{entry}_{repeat}"
         place = [f"hydra.sweep.dir={where}"] if "-m" in given else [f"hydra.run.dir={where}"]
         argv = [sys.executable, "-m", "andrea_exp", *given, *args.extra, *place]
-        launch, ended, pid, spans, _ = run_command(argv, events, workdir, args.tree)
+        launch, ended, pid, spans, _ = run_command(argv, events, workdir, tree)
         result = training_timeline(launch, ended, pid, spans)
     result["argv"] = argv[1:]
     return result
@@ -214,6 +218,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--report-dir", type=Path, help="the report's input (default: the committed grid, unpacked)")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code the commands run (default: "
                         "this one; another commit's, unpacked, for a before/after comparison)")
+    parser.add_argument("--before", type=Path, help="also time this checkout's code, each command right after the "
+                        "same command of --tree: the JSON's `before`")
+    parser.add_argument("--before-commit", help="the commit --before holds, when it is no git checkout")
     parser.add_argument("--workdir", type=Path, help="where the runs go (default: a temporary folder, removed)")
     parser.add_argument("--out", type=Path, help="JSON (default: benchmarks/results/timeline_<machine>.json)")
     args = parser.parse_args(argv)
@@ -233,13 +240,16 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="andrea-timeline-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        runs = {e: [] for e in args.entries}
-        for repeat in range(args.repeats):  # round-robin: a noisy period spreads over every entry
+        trees = [args.tree] + ([args.before] if args.before else [])
+        runs = {tree: {e: [] for e in args.entries} for tree in trees}
+        for repeat in range(args.repeats):  # round-robin: a noisy period spreads over every entry and both trees
             for entry in args.entries:
-                result = measure(entry, args, workdir, repeat)
-                runs[entry].append(result)
-                print(f"[timeline] {entry} #{repeat}: {result['wall_s']:.1f} s  " + "  ".join(
-                    f"{k} {v:.2f}" for k, v in result["parts"].items()), flush=True)
+                for tree in trees:
+                    result = measure(entry, args, workdir, repeat, tree)
+                    runs[tree][entry].append(result)
+                    label = " (before)" if tree != args.tree else ""
+                    print(f"[timeline] {entry}{label} #{repeat}: {result['wall_s']:.1f} s  " + "  ".join(
+                        f"{k} {v:.2f}" for k, v in result["parts"].items()), flush=True)
     import torch
 
     result = {"machine": args.machine, "commit": git_commit(args.tree),
@@ -248,7 +258,11 @@ def main(argv=None) -> dict:
               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
               "repeats": args.repeats, "extra_overrides": args.extra, "wandb_mode": os.environ.get("WANDB_MODE",
                                                                                                    "offline"),
-              "entries": {e: summarise(runs[e], typed_command(e, args)) for e in args.entries}}
+              "entries": {e: summarise(runs[args.tree][e], typed_command(e, args)) for e in args.entries}}
+    if args.before:
+        result["before"] = {"tree": str(args.before), "commit": args.before_commit or git_commit(args.before),
+                            "entries": {e: summarise(runs[args.before][e], typed_command(e, args))
+                                        for e in args.entries}}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"[timeline] wrote {out}", flush=True)
