@@ -192,7 +192,7 @@ def median_of(runs: list[dict], key: str) -> dict:
 
 
 def summarise(runs: list[dict], command: str) -> dict:
-    out = {"command": command, "wall_s": statistics.median(r["wall_s"] for r in runs),
+    out = {"command": command, "repeats": len(runs), "wall_s": statistics.median(r["wall_s"] for r in runs),
            "parts": median_of(runs, "parts")}
     if "cell_totals" in runs[0]:
         out["cell_totals"] = median_of(runs, "cell_totals")
