@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from andrea_exp import timeline
-from andrea_exp.config.errors import describe_os_error, unwritable
 
 DEFAULT_OUT = "report"  # beside the runs: SWEEP_DIR/report for one directory, ./report for several
 
@@ -21,6 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     # the report's modules (torch among them) load here, not at this module's import: the figures' worker
     # processes are spawned, and each imports the main module again before it draws
     with timeline.span("imports"):
+        from andrea_exp.config.errors import describe_os_error, unwritable
         from andrea_exp.report.markdown import NoRuns, write_report
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="andrea-report",
