@@ -10,7 +10,8 @@ of the command (the launching one, the sweep's workers) appends its spans there,
 - hydra_compose_s: from the imports to the first cell (or the sweep's start: Hydra composes and plans the sweep),
   then launch_s: from the sweep's start to its first cell (the launcher's workers starting);
 - per cell: train_imports_s (torch and the loop, in the first cell of a process), build_s (data, model,
-  optimiser, probe, step), wandb_init_s, capture_s (the CUDA graph), steps_s, probes_s, evals_s, maps_s,
+  optimiser, probe, step), wandb_init_s (W&B's start where the run waits for it; one in a thread beside the run is
+  under off_path instead), capture_s (the CUDA graph), steps_s, probes_s, evals_s, maps_s,
   checkpoints_s, end_s (final probe, evaluation, checkpoint, sample), wandb_finish_s, other_s (the rest of the
   Hydra job: checks, summary, the end lines);
 - cells_s: from the first cell's start to the last cell's end; sweep_table_s; exit_s: to the process's exit.
@@ -88,10 +89,11 @@ def _first(events: list[dict], name: str, pid: int | None = None) -> dict | None
     return min(found, key=lambda e: e["start"]) if found else None
 
 
-def _within(events: list[dict], name: str, pid: int, start: float, end: float) -> float:
-    """Seconds of the spans `name` of process `pid` inside [start, end]."""
-    return sum(e["end"] - e["start"] for e in events
-               if e["name"] == name and e["pid"] == pid and e["start"] >= start and e["end"] <= end)
+def _within(events: list[dict], name: str, pid: int, start: float, end: float, beside: bool = False) -> float:
+    """Seconds of the spans `name` of process `pid` inside [start, end]; `beside`: those of a thread that runs
+    beside the process's own work (the rest: those on its path)."""
+    return sum(e["end"] - e["start"] for e in events if e["name"] == name and e["pid"] == pid
+               and e["start"] >= start and e["end"] <= end and bool(e.get("beside")) == beside)
 
 
 def cell_parts(job: dict, events: list[dict]) -> dict:
@@ -99,7 +101,8 @@ def cell_parts(job: dict, events: list[dict]) -> dict:
     pid, start, end = job["pid"], job["start"], job["end"]
     ph = {p: job["phases"].get(f"run/time/{p}_s") or 0.0 for p in PHASES}
     loop = job["phases"].get("run/wall_s") or 0.0
-    wandb_init = _within(events, "wandb_init", pid, start, end)
+    wandb_init = _within(events, "wandb_init", pid, start, end)  # W&B started on the run's path
+    wandb_beside = _within(events, "wandb_init", pid, start, end, beside=True)  # W&B started in a thread beside it
     wandb_finish = _within(events, "wandb_finish", pid, start, end)
     capture = _within(events, "capture", pid, start, end)
     train_imports = _within(events, "train_imports", pid, start, end)
@@ -109,7 +112,8 @@ def cell_parts(job: dict, events: list[dict]) -> dict:
              "probes_s": ph["probes"], "evals_s": ph["evals"], "maps_s": ph["maps"],
              "checkpoints_s": ph["checkpoints"], "end_s": ph["end"], "wandb_finish_s": wandb_finish}
     parts["other_s"] = wall - train_imports - ph["setup"] - loop - ph["end"] - wandb_finish
-    return {"cell": job.get("cell"), "pid": pid, "start_s": start, "wall_s": wall, "parts": parts}
+    return {"cell": job.get("cell"), "pid": pid, "start_s": start, "wall_s": wall, "parts": parts,
+            "off_path": {"wandb_init_s": wandb_beside}}
 
 
 def training_timeline(launch: float, ended: float, pid: int, events: list[dict]) -> dict:

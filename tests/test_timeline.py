@@ -40,7 +40,7 @@ def test_a_sweep_is_cut_into_its_parts():
               _e("train_imports", 110.0, 113.0, pid=2), _e("wandb_init", 113.5, 115.0, pid=2),
               _e("capture", 116.0, 116.5, pid=2), _e("wandb_finish", 130.0, 131.0, pid=2),
               _e("job", 110.0, 132.0, pid=2, cell=0, phases=phases),
-              _e("job", 111.0, 140.0, pid=3, cell=1, phases=phases),
+              _e("wandb_init", 112.0, 115.0, pid=3, beside=True), _e("job", 111.0, 140.0, pid=3, cell=1, phases=phases),
               _e("sweep_table", 141.0, 143.0)]
     result = bench.training_timeline(100.0, 150.0, 1, events)
     assert result["wall_s"] == 50.0
@@ -53,7 +53,9 @@ def test_a_sweep_is_cut_into_its_parts():
                               "steps_s": 6.5, "probes_s": 1.0, "evals_s": 0.5, "maps_s": 1.5, "checkpoints_s": 0.0,
                               "end_s": 2.0, "wandb_finish_s": 1.0,
                               "other_s": 22.0 - 3.0 - 4.0 - 10.0 - 2.0 - 1.0}
+    assert first["off_path"] == {"wandb_init_s": 0}
     assert second["parts"]["wandb_init_s"] == 0 and second["parts"]["build_s"] == 4.0  # other spans are cell 0's
+    assert second["off_path"] == {"wandb_init_s": 3.0}  # started in a thread beside the run: not in its setup
     assert result["cell_totals"]["steps_s"] == 6.5 + 7.0
 
 
@@ -92,7 +94,7 @@ def test_the_script_times_a_tiny_default_run(tmp_path):
     assert abs(run["unaccounted_s"]) < 0.5  # one job: nothing between its end and the exit is left out
     (cell,) = run["cells"]
     assert cell["cell"] is None and cell["parts"]["train_imports_s"] > 0 and cell["parts"]["steps_s"] > 0
-    assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] == 0  # W&B disabled
+    assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] == 0  # W&B starts beside the run
     pngs = sorted(p.name for p in (tmp_path / "work" / "default_run_0" / "attention_maps").glob("*.png"))
     assert pngs == ["step0000000_L0.png", "step0000000_L1.png", "step0000002_L0.png", "step0000002_L1.png",
                     "step0000003_L0.png", "step0000003_L1.png"]
