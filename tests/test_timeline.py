@@ -95,6 +95,6 @@ def test_the_script_times_a_tiny_default_run(tmp_path):
     (cell,) = run["cells"]
     assert cell["cell"] is None and cell["parts"]["train_imports_s"] > 0 and cell["parts"]["steps_s"] > 0
     assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] == 0  # W&B starts beside the run
-    pngs = sorted(p.name for p in (tmp_path / "work" / "default_run_0" / "attention_maps").glob("*.png"))
+    pngs = sorted(p.name for p in (tmp_path / "work" / "this" / "default_run_0" / "attention_maps").glob("*.png"))
     assert pngs == ["step0000000_L0.png", "step0000000_L1.png", "step0000002_L0.png", "step0000002_L1.png",
                     "step0000003_L0.png", "step0000003_L1.png"]
