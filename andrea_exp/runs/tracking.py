@@ -163,7 +163,8 @@ class Tracker:
 
     def _start_wandb_or_none(self, resume_step: int | None) -> None:
         try:
-            with _one_start_at_a_time, timeline.span("wandb_init", beside=True):  # a later run's start closes an earlier's leak
+            # one start at a time: a later run's start closes the run an earlier job left open
+            with _one_start_at_a_time, timeline.span("wandb_init", beside=True):
                 self._start_wandb(resume_step)
         except Exception as err:  # W&B is the dashboard, never a reason for a run to fail
             _say_once(f"[andrea-exp] W&B disabled for this run: {type(err).__name__}: {err}")
