@@ -22,9 +22,10 @@ of the command (the launching one, the sweep's workers) appends its spans there,
     PYTHONPATH=. python3 benchmarks/timeline.py --machine cpu --repeats 3 --cells-per-gpu 2 \\
         --extra train.max_steps=10 --before /tmp/old                       # a CPU-sized version, beside older code
 
-Commands run as `python -m andrea_exp` / `python -m andrea_exp.report` with this interpreter (the same code as the
-console scripts); W&B runs offline unless WANDB_MODE says otherwise. `--repeats N` runs every command N times,
-one after the other, and the JSON gives the median of the wall time and of each part beside every run's timeline.
+Commands run as the console scripts `andrea-exp` / `andrea-report` beside this interpreter (else as `python -m`),
+with the code of --tree first on PYTHONPATH; W&B runs offline unless WANDB_MODE says otherwise. `--repeats N` runs
+every command N times, one after the other, and the JSON gives the median of the wall time and of each part beside
+every run's timeline.
 `--before DIR` times a second checkout's code the same way (each command of it right after this tree's), for a
 before/after comparison under the same load.
 """
@@ -168,6 +169,13 @@ def grid_for_report(workdir: Path) -> Path:
     return target
 
 
+def command(script: str, module: str) -> list[str]:
+    """The console script beside this interpreter, as a user types it (its spawned workers, unlike those of
+    `python -m`, import the script's module again), else `python -m module`. Either runs the code PYTHONPATH names."""
+    beside = Path(sys.executable).parent / script
+    return [str(beside)] if beside.is_file() else [sys.executable, "-m", module]
+
+
 def measure(entry: str, args: argparse.Namespace, workdir: Path, repeat: int, tree: Path) -> dict:
     """One run of one entry with `tree`'s code: its command, wall time and parts."""
     workdir = workdir / ("before" if tree != args.tree else "this")
@@ -176,17 +184,17 @@ def measure(entry: str, args: argparse.Namespace, workdir: Path, repeat: int, tr
     events.unlink(missing_ok=True)
     if entry == "report":
         grid = args.report_dir or grid_for_report(workdir)
-        argv = [sys.executable, "-m", "andrea_exp.report", str(grid), "--out", str(workdir / f"report_{repeat}")]
+        argv = [*command("andrea-report", "andrea_exp.report"), str(grid), "--out", str(workdir / f"report_{repeat}")]
         launch, ended, pid, spans, _ = run_command(argv, events, workdir, tree)
         result = report_timeline(launch, ended, pid, spans)
     else:
         given = command_args(entry, args.cells_per_gpu)
         where = workdir / f"{entry}_{repeat}"
         place = [f"hydra.sweep.dir={where}"] if "-m" in given else [f"hydra.run.dir={where}"]
-        argv = [sys.executable, "-m", "andrea_exp", *given, *args.extra, *place]
+        argv = [*command("andrea-exp", "andrea_exp"), *given, *args.extra, *place]
         launch, ended, pid, spans, _ = run_command(argv, events, workdir, tree)
         result = training_timeline(launch, ended, pid, spans)
-    result["argv"] = argv[1:]
+    result["argv"] = [Path(argv[0]).name, *argv[1:]]
     return result
 
 
