@@ -433,11 +433,11 @@ def train(cfg, run_dir: Path) -> dict:
                    **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
+                if probe is not None and s.maps_every:  # the attention the run ends with, whatever the cadence;
+                    tracker.log_images(probe.draw_maps(st.step), st.step)  # first: drawn while the rest runs
                 if probe is not None:
                     log(tracker, st, probe.measure(st.step), st.step)
                 evaluate_into(tracker, st, model, data, rt, s)
-                if probe is not None and s.maps_every:  # the attention the run ends with, whatever the cadence
-                    tracker.log_images(probe.draw_maps(st.step), st.step)
                 save_checkpoint(ckpt_dir, st, s, settings, model, optimizer, scheduler)
                 summary.update(sample_record(cfg, model, data, rt))
         summary.update(clock.summary())
