@@ -12,8 +12,9 @@ of the command (the launching one, the sweep's workers) appends its spans there,
 - per cell: train_imports_s (torch and the loop, in the first cell of a process), build_s (data, model,
   optimiser, probe, step), wandb_init_s (W&B's start where the run waits for it; one in a thread beside the run is
   under off_path instead), capture_s (the CUDA graph), steps_s, probes_s, evals_s, maps_s,
-  checkpoints_s, end_s (final probe, evaluation, checkpoint, sample), wandb_finish_s, other_s (the rest of the
-  Hydra job: checks, summary, the end lines);
+  checkpoints_s, end_s (final probe, evaluation, checkpoint, sample), maps_wait_s (the end waiting for the
+  PNGs still being drawn), wandb_finish_s, other_s (the rest of the Hydra job: checks, summary, the end lines);
+  off_path: W&B's start in a thread and the maps' drawing process, beside the run;
 - cells_s: from the first cell's start to the last cell's end; sweep_table_s; exit_s: to the process's exit.
 - the report: load_runs_s, evidence_s (every claim's numbers, figures handed to the drawing workers),
   figures_wait_s (the drawing that was still running), statements_s, then write_and_exit_s.
@@ -106,15 +107,27 @@ def cell_parts(job: dict, events: list[dict]) -> dict:
     wandb_beside = _within(events, "wandb_init", pid, start, end, beside=True)  # W&B started in a thread beside it
     wandb_finish = _within(events, "wandb_finish", pid, start, end)
     capture = _within(events, "capture", pid, start, end)
+    maps_wait = _within(events, "maps_wait", pid, start, end)  # the run's end waiting for its maps' PNGs
     train_imports = _within(events, "train_imports", pid, start, end)
     wall = end - start
     parts = {"train_imports_s": train_imports, "build_s": max(ph["setup"] - wandb_init, 0.0),
              "wandb_init_s": wandb_init, "capture_s": capture, "steps_s": max(ph["steps"] - capture, 0.0),
              "probes_s": ph["probes"], "evals_s": ph["evals"], "maps_s": ph["maps"],
-             "checkpoints_s": ph["checkpoints"], "end_s": ph["end"], "wandb_finish_s": wandb_finish}
-    parts["other_s"] = wall - train_imports - ph["setup"] - loop - ph["end"] - wandb_finish
+             "checkpoints_s": ph["checkpoints"], "end_s": ph["end"], "maps_wait_s": maps_wait,
+             "wandb_finish_s": wandb_finish}
+    parts["other_s"] = wall - train_imports - ph["setup"] - loop - ph["end"] - maps_wait - wandb_finish
     return {"cell": job.get("cell"), "pid": pid, "start_s": start, "wall_s": wall, "parts": parts,
-            "off_path": {"wandb_init_s": wandb_beside}}
+            "off_path": {"wandb_init_s": wandb_beside, "maps_draw_s": maps_drawn(job, events)}}
+
+
+def maps_drawn(job: dict, events: list[dict]) -> float:
+    """Seconds the drawing process spent on this job's maps (its arrays lie in the job's run directory)."""
+    run_dir = job.get("run_dir")
+    if not run_dir:
+        return 0.0
+    inside = str(Path(run_dir)) + os.sep
+    return sum(e["end"] - e["start"] for e in events
+               if e["name"] == "maps_draw" and str(e.get("arrays", "")).startswith(inside))
 
 
 def training_timeline(launch: float, ended: float, pid: int, events: list[dict]) -> dict:

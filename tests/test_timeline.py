@@ -37,9 +37,12 @@ def test_a_sweep_is_cut_into_its_parts():
               "run/time/evals_s": 0.5, "run/time/maps_s": 1.5, "run/time/checkpoints_s": 0.0, "run/time/end_s": 2.0}
     events = [_e("main", 100.5), _e("imports", 100.5, 102.0), _e("sweep_start", 105.0),
               _e("train_imports", 110.0, 113.0, pid=2), _e("wandb_init", 113.5, 115.0, pid=2),
-              _e("capture", 116.0, 116.5, pid=2), _e("wandb_finish", 130.0, 131.0, pid=2),
-              _e("job", 110.0, 132.0, pid=2, cell=0, phases=phases),
-              _e("wandb_init", 112.0, 115.0, pid=3, beside=True), _e("job", 111.0, 140.0, pid=3, cell=1, phases=phases),
+              _e("capture", 116.0, 116.5, pid=2), _e("maps_draw", 117.0, 119.0, pid=9, arrays="/s/0/maps/a.npz"),
+              _e("maps_draw", 118.0, 118.25, pid=9, arrays="/s/1/maps/a.npz"),
+              _e("maps_wait", 129.0, 129.5, pid=2), _e("wandb_finish", 130.0, 131.0, pid=2),
+              _e("job", 110.0, 132.0, pid=2, cell=0, run_dir="/s/0", phases=phases),
+              _e("wandb_init", 112.0, 115.0, pid=3, beside=True),
+              _e("job", 111.0, 140.0, pid=3, cell=1, run_dir="/s/1", phases=phases),
               _e("sweep_table", 141.0, 143.0)]
     result = bench.training_timeline(100.0, 150.0, 1, events)
     assert result["wall_s"] == 50.0
@@ -50,11 +53,11 @@ def test_a_sweep_is_cut_into_its_parts():
     assert first["start_s"] == 10.0 and first["wall_s"] == 22.0
     assert first["parts"] == {"train_imports_s": 3.0, "build_s": 2.5, "wandb_init_s": 1.5, "capture_s": 0.5,
                               "steps_s": 6.5, "probes_s": 1.0, "evals_s": 0.5, "maps_s": 1.5, "checkpoints_s": 0.0,
-                              "end_s": 2.0, "wandb_finish_s": 1.0,
-                              "other_s": 22.0 - 3.0 - 4.0 - 10.0 - 2.0 - 1.0}
-    assert first["off_path"] == {"wandb_init_s": 0}
+                              "end_s": 2.0, "maps_wait_s": 0.5, "wandb_finish_s": 1.0,
+                              "other_s": 22.0 - 3.0 - 4.0 - 10.0 - 2.0 - 0.5 - 1.0}
+    assert first["off_path"] == {"wandb_init_s": 0, "maps_draw_s": 2.0}  # its own arrays only
     assert second["parts"]["wandb_init_s"] == 0 and second["parts"]["build_s"] == 4.0  # other spans are cell 0's
-    assert second["off_path"] == {"wandb_init_s": 3.0}  # started in a thread beside the run: not in its setup
+    assert second["off_path"] == {"wandb_init_s": 3.0, "maps_draw_s": 0.25}  # W&B in a thread: not in its setup
     assert result["cell_totals"]["steps_s"] == 6.5 + 7.0
 
 

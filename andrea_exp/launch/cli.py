@@ -306,8 +306,9 @@ def timed_job(cfg: DictConfig) -> dict:
         return summary
     finally:
         phases = {k: v for k, v in (summary or {}).items() if k.startswith("run/time/") or k == "run/wall_s"}
-        cell = HydraConfig.get().job.num if HydraConfig.get().mode == RunMode.MULTIRUN else None
-        timeline.record("job", start, time.time(), cell=cell, phases=phases)
+        hydra_cfg = HydraConfig.get()
+        cell = hydra_cfg.job.num if hydra_cfg.mode == RunMode.MULTIRUN else None
+        timeline.record("job", start, time.time(), cell=cell, run_dir=hydra_cfg.runtime.output_dir, phases=phases)
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(timed_job)
