@@ -10,11 +10,10 @@ of the command (the launching one, the sweep's workers) appends its spans there,
 - hydra_compose_s: from the imports to the first cell (or the sweep's start: Hydra composes and plans the sweep),
   then launch_s: from the sweep's start to its first cell (the launcher's workers starting);
 - per cell: train_imports_s (torch and the loop, in the first cell of a process), build_s (data, model,
-  optimiser, probe, step), wandb_init_s (W&B's start where the run waits for it; one in a thread beside the run is
-  under off_path instead), capture_s (the CUDA graph), steps_s, probes_s, evals_s, maps_s,
+  optimiser, probe, step), wandb_init_s, capture_s (the CUDA graph), steps_s, probes_s, evals_s, maps_s,
   checkpoints_s, end_s (final probe, evaluation, checkpoint, sample), maps_wait_s (the end waiting for the
   PNGs still being drawn), wandb_finish_s, other_s (the rest of the Hydra job: checks, summary, the end lines);
-  off_path: W&B's start in a thread and the maps' drawing process, beside the run;
+  off_path: the seconds the maps' drawing process spent on the cell's PNGs, beside the run;
 - cells_s: from the first cell's start to the last cell's end; sweep_table_s; exit_s: to the process's exit.
 - the report: load_runs_s, evidence_s (every claim's numbers, figures handed to the drawing workers),
   figures_wait_s (the drawing that was still running), statements_s, then write_and_exit_s.
@@ -91,11 +90,10 @@ def _first(events: list[dict], name: str, pid: int | None = None) -> dict | None
     return min(found, key=lambda e: e["start"]) if found else None
 
 
-def _within(events: list[dict], name: str, pid: int, start: float, end: float, beside: bool = False) -> float:
-    """Seconds of the spans `name` of process `pid` inside [start, end]; `beside`: those of a thread that runs
-    beside the process's own work (the rest: those on its path)."""
-    return sum(e["end"] - e["start"] for e in events if e["name"] == name and e["pid"] == pid
-               and e["start"] >= start and e["end"] <= end and bool(e.get("beside")) == beside)
+def _within(events: list[dict], name: str, pid: int, start: float, end: float) -> float:
+    """Seconds of the spans `name` of process `pid` inside [start, end]."""
+    return sum(e["end"] - e["start"] for e in events
+               if e["name"] == name and e["pid"] == pid and e["start"] >= start and e["end"] <= end)
 
 
 def cell_parts(job: dict, events: list[dict]) -> dict:
@@ -103,8 +101,7 @@ def cell_parts(job: dict, events: list[dict]) -> dict:
     pid, start, end = job["pid"], job["start"], job["end"]
     ph = {p: job["phases"].get(f"run/time/{p}_s") or 0.0 for p in PHASES}
     loop = job["phases"].get("run/wall_s") or 0.0
-    wandb_init = _within(events, "wandb_init", pid, start, end)  # W&B started on the run's path
-    wandb_beside = _within(events, "wandb_init", pid, start, end, beside=True)  # W&B started in a thread beside it
+    wandb_init = _within(events, "wandb_init", pid, start, end)
     wandb_finish = _within(events, "wandb_finish", pid, start, end)
     capture = _within(events, "capture", pid, start, end)
     maps_wait = _within(events, "maps_wait", pid, start, end)  # the run's end waiting for its maps' PNGs
@@ -117,14 +114,14 @@ def cell_parts(job: dict, events: list[dict]) -> dict:
              "wandb_finish_s": wandb_finish}
     parts["other_s"] = wall - train_imports - ph["setup"] - loop - ph["end"] - maps_wait - wandb_finish
     return {"cell": job.get("cell"), "pid": pid, "start_s": start, "wall_s": wall, "parts": parts,
-            "off_path": {"wandb_init_s": wandb_beside, "maps_draw_s": maps_drawn(job, events)}}
+            "off_path": {"maps_draw_s": maps_drawn(job, events)}}
 
 
-def maps_drawn(job: dict, events: list[dict]) -> float:
+def maps_drawn(job: dict, events: list[dict]) -> float | None:
     """Seconds the drawing process spent on this job's maps (its arrays lie in the job's run directory)."""
     run_dir = job.get("run_dir")
-    if not run_dir:
-        return 0.0
+    if not run_dir:  # not recorded by the code that ran
+        return None
     inside = str(Path(run_dir)) + os.sep
     return sum(e["end"] - e["start"] for e in events
                if e["name"] == "maps_draw" and str(e.get("arrays", "")).startswith(inside))

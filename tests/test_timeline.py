@@ -41,7 +41,6 @@ def test_a_sweep_is_cut_into_its_parts():
               _e("maps_draw", 118.0, 118.25, pid=9, arrays="/s/1/maps/a.npz"),
               _e("maps_wait", 129.0, 129.5, pid=2), _e("wandb_finish", 130.0, 131.0, pid=2),
               _e("job", 110.0, 132.0, pid=2, cell=0, run_dir="/s/0", phases=phases),
-              _e("wandb_init", 112.0, 115.0, pid=3, beside=True),
               _e("job", 111.0, 140.0, pid=3, cell=1, run_dir="/s/1", phases=phases),
               _e("sweep_table", 141.0, 143.0)]
     result = bench.training_timeline(100.0, 150.0, 1, events)
@@ -55,9 +54,9 @@ def test_a_sweep_is_cut_into_its_parts():
                               "steps_s": 6.5, "probes_s": 1.0, "evals_s": 0.5, "maps_s": 1.5, "checkpoints_s": 0.0,
                               "end_s": 2.0, "maps_wait_s": 0.5, "wandb_finish_s": 1.0,
                               "other_s": 22.0 - 3.0 - 4.0 - 10.0 - 2.0 - 0.5 - 1.0}
-    assert first["off_path"] == {"wandb_init_s": 0, "maps_draw_s": 2.0}  # its own arrays only
+    assert first["off_path"] == {"maps_draw_s": 2.0}  # its own arrays only
     assert second["parts"]["wandb_init_s"] == 0 and second["parts"]["build_s"] == 4.0  # other spans are cell 0's
-    assert second["off_path"] == {"wandb_init_s": 3.0, "maps_draw_s": 0.25}  # W&B in a thread: not in its setup
+    assert second["off_path"] == {"maps_draw_s": 0.25}
     assert result["cell_totals"]["steps_s"] == 6.5 + 7.0
 
 
@@ -96,7 +95,7 @@ def test_the_script_times_a_tiny_default_run(tmp_path):
     assert abs(run["unaccounted_s"]) < 0.5  # one job: nothing between its end and the exit is left out
     (cell,) = run["cells"]
     assert cell["cell"] is None and cell["parts"]["train_imports_s"] > 0 and cell["parts"]["steps_s"] > 0
-    assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] == 0  # W&B starts beside the run
+    assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] == 0  # W&B disabled
     pngs = sorted(p.name for p in (tmp_path / "work" / "this" / "default_run_0" / "attention_maps").glob("*.png"))
     assert pngs == ["step0000000_L0.png", "step0000000_L1.png", "step0000002_L0.png", "step0000002_L1.png",
                     "step0000003_L0.png", "step0000003_L1.png"]

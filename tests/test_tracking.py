@@ -97,7 +97,6 @@ def test_offline_run_has_conventions_history_images_and_summary(clean_env, tmp_p
     run_dir = tmp_path / "sweepname" / "run7"
     run_dir.mkdir(parents=True)
     tracker = Tracker(run_dir, make_cfg(), enabled=True)
-    tracker.wait_for_wandb()
     assert (run_dir / "wandb").is_dir()
     for step in range(3):
         tracker.log({"train/loss": 3.0 - step, "grad/norm": torch.tensor(0.5)}, step)
@@ -168,18 +167,15 @@ def test_resume_reuses_the_stored_run_id(clean_env, tmp_path):
     tracker.finish({"run/status": "finished"})
     first_id = (run_dir / "wandb_run_id").read_text().strip()
     again = Tracker(run_dir, make_cfg(), enabled=True, resume_step=1)
-    again.wait_for_wandb()
     assert again.wandb_run.id == first_id
     again.finish({"run/status": "finished"})
     fresh = Tracker(run_dir, make_cfg(), enabled=True)  # not a resume: a new W&B run
-    fresh.wait_for_wandb()
     assert fresh.wandb_run.id != first_id
     fresh.finish({"run/status": "finished"})
 
 
 def test_online_without_login_falls_back_to_offline(clean_env, tmp_path, capsys):
     tracker = Tracker(tmp_path, make_cfg(mode="online"), enabled=True)
-    tracker.wait_for_wandb()
     assert tracker.wandb_run is not None and tracker.wandb_run.settings.mode == "offline"
     tracker.finish({"run/status": "finished"})
     err = capsys.readouterr().err
@@ -242,17 +238,3 @@ def test_layers_and_constants_leave_the_charts_and_the_best_loss_stays_in_the_su
     assert run["summary"]["eval/loss_as_trained"] == {"min": 2.0, "last": 2.5}
     assert run["summary"]["eval/loss_generation"] == {"min": 3.0, "last": 3.5}
     assert run["summary"]["best/eval/step"] == 5 and run["summary"]["eval/floor"] == 0.93  # constants: summary only
-
-
-def test_wandb_starts_beside_the_run_and_gets_every_call_made_meanwhile_in_order(clean_env, tmp_path):
-    with tracking._one_start_at_a_time:  # W&B cannot start yet: the run goes on without waiting for it
-        tracker = Tracker(tmp_path, make_cfg(), enabled=True)
-        for step in range(3):
-            tracker.log({"train/loss": 3.0 - step, "attn/L0/entropy": 1.0}, step)
-        assert tracker.wandb_run is None and len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
-    tracker.log({"train/loss": 0.5}, 3)
-    tracker.finish({"run/status": "finished", "run/steps": 4})
-    run = read_run(offline_runs(tmp_path)[0])
-    assert [h["train/loss"] for h in run["history"] if "train/loss" in h] == [3.0, 2.0, 1.0, 0.5]
-    assert run["metrics"]["attn/L0/entropy"]["options"]["hidden"] is True
-    assert run["state"] == "finished" and run["summary"]["run/status"] == "finished"

@@ -8,7 +8,6 @@ import os
 import secrets
 import string
 import sys
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,7 +19,6 @@ from andrea_exp.runs.metric_keys import CONSTANTS, MIN_IN_SUMMARY, RUN_STATUS, T
 
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
 _open_runs: list = []  # W&B runs started and not yet finished in this process
-_one_start_at_a_time = threading.Lock()  # W&B starts in a thread of each Tracker (Tracker.__init__)
 TAGGED_STATUSES = ("diverged", "interrupted")  # run/status values that also become a W&B tag
 
 
@@ -152,41 +150,15 @@ class Tracker:
         self._charted: set[str] = set()  # keys logged to W&B so far (a per-layer key is hidden when first seen)
         self._reopened = False  # the W&B run was continued in a new service process once already
         self._pending_images: list[tuple[dict, int]] = []  # (PNGs being drawn, step), logged at finish
-        self._queued: list[tuple[str, object]] = []  # W&B calls made while W&B was still starting, in order
-        self._starting: threading.Thread | None = None
-        if enabled:  # W&B starts beside the run's own set-up and first steps; metrics.jsonl is written meanwhile
-            self._starting = threading.Thread(target=self._start_wandb_or_none, args=(resume_step,),
-                                              name="andrea-exp W&B start", daemon=True)
-            self._starting.start()
+        if enabled:
+            try:
+                with timeline.span("wandb_init"):
+                    self._start_wandb(resume_step)
+            except Exception as err:  # W&B is the dashboard, never a reason for a run to fail
+                _say_once(f"[andrea-exp] W&B disabled for this run: {type(err).__name__}: {err}")
+                self.wandb_run = None
 
     # -- setup
-
-    def _start_wandb_or_none(self, resume_step: int | None) -> None:
-        try:
-            # one start at a time: a later run's start closes the run an earlier job left open
-            with _one_start_at_a_time, timeline.span("wandb_init", beside=True):
-                self._start_wandb(resume_step)
-        except Exception as err:  # W&B is the dashboard, never a reason for a run to fail
-            _say_once(f"[andrea-exp] W&B disabled for this run: {type(err).__name__}: {err}")
-            self.wandb_run = None
-
-    def wait_for_wandb(self) -> None:
-        """Returns once W&B has started (or failed to), with every call made meanwhile passed on to it."""
-        self._wandb_started(wait=True)
-
-    def _wandb_started(self, wait: bool) -> bool:
-        """False while W&B is still starting (unless `wait`); once it has, the queued calls go first."""
-        starting = self._starting
-        if starting is None:
-            return True
-        if starting.is_alive() and not wait:
-            return False
-        starting.join()
-        self._starting = None
-        queued, self._queued = self._queued, []
-        for what, fn in queued:
-            self._wandb_call(what, fn)
-        return True
 
     def _start_wandb(self, resume_step: int | None) -> None:
         logger = self.cfg.get("logger") or {}
@@ -254,11 +226,7 @@ class Tracker:
     # -- logging
 
     def _wandb_call(self, what: str, fn) -> None:
-        """Every W&B call goes through here: queued while W&B starts; an error is reported once and W&B is dropped,
-        the run goes on."""
-        if not self._wandb_started(wait=False):
-            self._queued.append((what, fn))
-            return
+        """Every W&B call goes through here: an error is reported once and W&B is dropped, the run goes on."""
         if self.wandb_run is None:
             return
         try:
@@ -307,7 +275,6 @@ class Tracker:
         if not self.enabled or not metrics:
             return
         self.metrics.write(metrics, step)
-        metrics = dict(metrics)  # as it is now: the W&B call may wait for W&B's start
         self._wandb_call("log", lambda run: (self._hide_layers(run, metrics), run.log({**metrics, TRAIN_STEP: step})))
 
     def _hide_layers(self, run, metrics: dict) -> None:
@@ -325,16 +292,12 @@ class Tracker:
             if self.enabled and images:
                 self._pending_images.append((images, step))
             return
-        if not self.enabled or not images or self._without_wandb():
+        if not self.enabled or not images or self.wandb_run is None:
             return
-        images = dict(images)
+        wandb = self._wandb
         self._wandb_call("log_images", lambda run: run.log(
-            {name: self._wandb.Image(str(path), caption=f"step {step}") for name, path in images.items()}
+            {name: wandb.Image(str(path), caption=f"step {step}") for name, path in images.items()}
             | {TRAIN_STEP: step}))
-
-    def _without_wandb(self) -> bool:
-        """W&B is off or was dropped; False while it is still starting."""
-        return self._starting is None and self.wandb_run is None
 
     def _log_pending_images(self) -> None:
         """Every PNG still being drawn on disk, then in W&B at its step. A drawing that failed costs the maps, never
@@ -350,16 +313,17 @@ class Tracker:
 
     def log_histograms(self, tensors: dict, step: int) -> None:
         """tensors: name -> tensor of values (e.g. attention scores); masked (non-finite) entries are dropped."""
-        if not self.enabled or not tensors or self._without_wandb():
+        if not self.enabled or not tensors or self.wandb_run is None:
             return
-        tensors = {name: values.detach().float().flatten().cpu() for name, values in tensors.items()}
+        wandb = self._wandb
 
         def histograms(run):
             row = {}
-            for name, flat in tensors.items():
+            for name, values in tensors.items():
+                flat = values.detach().float().flatten().cpu()
                 flat = flat[flat.isfinite()]
                 if flat.numel():
-                    row[name] = self._wandb.Histogram(flat.numpy(), num_bins=64)
+                    row[name] = wandb.Histogram(flat.numpy(), num_bins=64)
             if row:
                 run.log(row | {TRAIN_STEP: step})
 
@@ -370,7 +334,6 @@ class Tracker:
         if not self.enabled:
             return
         self._log_pending_images()
-        self.wait_for_wandb()
         try:
             rundir.write_summary(self.run_dir, summary, self.cfg)
         finally:
