@@ -1,7 +1,7 @@
 """Where each second of four commands goes: the README's grid as typed, the claims grid in parallel, the default run
 alone and the report over one grid, each timed as a whole and cut into its parts.
 
-Each command runs as its own process with ANDREA_EXP_TIMELINE naming a file (andrea_exp.timeline): every process
+Each command runs as its own process with ANDREA_EXP_TIMELINE naming a file (andrea_exp.runs.timeline): every process
 of the command (the launching one, the sweep's workers) appends its spans there, and the run's own phase clock
 (run/time/* of each cell's summary) splits each cell's training. This script reads the spans back into parts:
 
@@ -131,7 +131,7 @@ def training_timeline(launch: float, ended: float, pid: int, events: list[dict])
     """The parts of an andrea-exp command (one run or a sweep) from its spans."""
     main, imports = _first(events, "main", pid), _first(events, "imports", pid)
     if main is None or imports is None:
-        raise RuntimeError("the command recorded no timeline (is andrea_exp.timeline wired into its entry point?)")
+        raise RuntimeError("the command recorded no timeline (is andrea_exp.runs.timeline wired into its entry point?)")
     jobs = sorted((e for e in events if e["name"] == "job"), key=lambda e: e["start"])
     if not jobs:
         raise RuntimeError("the command ran no Hydra job")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from andrea_exp import timeline
+from andrea_exp.runs import timeline
 from benchmarks import timeline as bench
 
 

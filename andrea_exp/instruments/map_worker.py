@@ -21,7 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
-from andrea_exp import timeline
+from andrea_exp.runs import timeline
 
 
 class DrawingFailed(RuntimeError):

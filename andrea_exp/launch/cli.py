@@ -20,13 +20,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from andrea_exp import timeline
 from andrea_exp.config.errors import describe_os_error, unwritable
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, command_line_error, validate
 from andrea_exp.launch import devices, local_workers, orphans, slurm_job, sweep
 from andrea_exp.launch.startup import interrupted_at_start_up
-from andrea_exp.runs import run_guard, table, tracking
+from andrea_exp.runs import run_guard, table, timeline, tracking
 from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import read_summary, write_summary
 from andrea_exp.training import sweep_stop
@@ -297,7 +296,7 @@ def _is_rank_zero() -> bool:
 
 
 def timed_job(cfg: DictConfig) -> dict:
-    """run_job, recorded on the command's timeline (andrea_exp.timeline) with the run's own phase times."""
+    """run_job, recorded on the command's timeline (andrea_exp.runs.timeline) with the run's own phase times."""
     if not timeline.enabled():
         return run_job(cfg)
     start, summary = time.time(), None

@@ -12,7 +12,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from andrea_exp import timeline
+from andrea_exp.runs import timeline
 from andrea_exp.runs.table import FAILED_STATUSES, failed_of, read_cells, sweep_report
 from andrea_exp.runs.tracking import SWEEP_WANDB_DIR, offline_notice, resolve_mode, sweep_commands
 from andrea_exp.training import sweep_stop

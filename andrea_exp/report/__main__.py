@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp import timeline
+from andrea_exp.runs import timeline
 
 DEFAULT_OUT = "report"  # beside the runs: SWEEP_DIR/report for one directory, ./report for several
 

@@ -8,7 +8,6 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from andrea_exp import timeline
 from andrea_exp.report import CLAIMS_FILE, REPO_DIR, figures, reference, seeds
 from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
 from andrea_exp.report.claims import all_evidence
@@ -31,6 +30,7 @@ from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import Cells, Statement
 from andrea_exp.runs import metric_keys as mk
+from andrea_exp.runs import timeline
 from andrea_exp.runs.code_facts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"

@@ -13,8 +13,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
-from andrea_exp import timeline
-from andrea_exp.runs import naming, rundir
+from andrea_exp.runs import naming, rundir, timeline
 from andrea_exp.runs.metric_keys import CONSTANTS, MIN_IN_SUMMARY, RUN_STATUS, TRAIN_STEP, layer_of
 
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)

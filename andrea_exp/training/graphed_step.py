@@ -26,8 +26,8 @@ import contextlib
 
 import torch
 
-from andrea_exp import timeline
 from andrea_exp.config.validation import ConfigError
+from andrea_exp.runs import timeline
 
 CHOICES = ("auto", True, False)
 WARMUP_STEPS = 3  # eager steps on a side stream before the capture (allocator and optimiser state)
