@@ -95,7 +95,7 @@ def test_the_script_times_a_tiny_default_run(tmp_path):
     assert abs(run["unaccounted_s"]) < 0.5  # one job: nothing between its end and the exit is left out
     (cell,) = run["cells"]
     assert cell["cell"] is None and cell["parts"]["train_imports_s"] > 0 and cell["parts"]["steps_s"] > 0
-    assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] == 0  # W&B disabled
+    assert cell["parts"]["maps_s"] > 0 and cell["parts"]["wandb_init_s"] < 0.05  # W&B disabled: nothing started
     pngs = sorted(p.name for p in (tmp_path / "work" / "this" / "default_run_0" / "attention_maps").glob("*.png"))
     assert pngs == ["step0000000_L0.png", "step0000000_L1.png", "step0000002_L0.png", "step0000002_L1.png",
                     "step0000003_L0.png", "step0000003_L1.png"]
