@@ -100,10 +100,10 @@ def steady_throughput(run_dir: Path, skip_steps: int) -> dict:
     return {"tokens_per_s": total_tokens / total_time, "timed_tokens": total_tokens, "timed_s": total_time}
 
 
-def git_commit() -> str:
-    """The checkout's commit, so a committed figure says which code produced it."""
+def git_commit(tree: Path | None = None) -> str:
+    """The checkout's commit (this one's, or `tree`'s), so a committed figure says which code produced it."""
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent)
+                          cwd=tree or Path(__file__).resolve().parent)
     return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"
 
 

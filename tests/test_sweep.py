@@ -287,5 +287,5 @@ def test_imports_run_one_way_rundir_naming_tracking_table_runs_sweep():
     for i, module in enumerate(order[1:], start=1):
         later = andrea_imports(module) & set(order[i:])
         assert not later, f"andrea_exp.{module} imports {sorted(later)}, which come after it"
-    assert andrea_imports("tracking") == {"metric_keys", "naming", "rundir"}
+    assert andrea_imports("tracking") == {"metric_keys", "naming", "rundir", "timeline"}  # timeline: a leaf of runs
     assert {"tracking", "table"} <= andrea_imports("sweep") and "table" in andrea_imports("runs")

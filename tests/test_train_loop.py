@@ -257,4 +257,5 @@ def test_evaluation_starts_at_step_0_and_the_last_step_has_an_attention_map(tmp_
     best_step, best = min(evals, key=lambda e: e[1])
     assert summary[K.BEST_EVAL_STEP] == best_step and summary[K.BEST_EVAL_LOSS] == best
     maps = sorted(p.name for p in (run_dir / "attention_maps").iterdir())
-    assert maps == ["step0000000_L0.png", "step0000003_L0.png"]  # maps_every exceeds the run: first and last step
+    assert maps == ["step0000000.npz", "step0000000_L0.png",  # maps_every exceeds the run: first and last step
+                    "step0000003.npz", "step0000003_L0.png"]

@@ -2,23 +2,26 @@
 
 Uses matplotlib's object API with the Agg canvas, so it never switches the process's pyplot backend.
 The margins are fixed rather than computed by a layout engine: constrained layout more than doubled the
-time of each figure, and a sweep draws several per cell on the CPU while its GPU waits.
+time of each figure, and a sweep draws several per cell on the CPU while its GPU waits. No torch here: the
+drawing process of a run (instruments/map_worker.py) imports this module alone.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 
-def save_attention_maps(patterns: torch.Tensor, path: Path, title: str) -> Path:
-    """patterns: (H, T_q, T_k) probabilities of one sequence. Colour scale fixed to [0, 1] so maps of
-    different steps and runs compare directly. Returns the written path."""
-    patterns = patterns.detach().float().cpu()
-    n_heads = patterns.size(0)
+def save_attention_maps(patterns, path: Path, title: str) -> Path:
+    """patterns: (H, T_q, T_k) probabilities of one sequence (a tensor or an array). Colour scale fixed to
+    [0, 1] so maps of different steps and runs compare directly. Returns the written path."""
+    if hasattr(patterns, "detach"):  # a tensor: float32 on the host, as the arrays a run stores
+        patterns = patterns.detach().float().cpu().numpy()
+    patterns = np.asarray(patterns, dtype=np.float32)
+    n_heads = patterns.shape[0]
     width = 2.6 * n_heads + 0.8
     fig = Figure(figsize=(width, 2.9), dpi=100)
     FigureCanvasAgg(fig)
@@ -27,7 +30,7 @@ def save_attention_maps(patterns: torch.Tensor, path: Path, title: str) -> Path:
     axes = fig.subplots(1, n_heads, squeeze=False)[0]
     image = None
     for h, ax in enumerate(axes):
-        image = ax.imshow(patterns[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+        image = ax.imshow(patterns[h], vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
         ax.set_title(f"head {h}", fontsize=9)
         ax.set_xlabel("key j", fontsize=8)
         if h == 0:
@@ -40,3 +43,9 @@ def save_attention_maps(patterns: torch.Tensor, path: Path, title: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     return path
+
+
+def draw_arrays(arrays: Path, maps: list[tuple[str, str, str]]) -> dict[str, Path]:
+    """The PNGs of one .npz of attention patterns: maps are (array name, PNG path, title)."""
+    with np.load(arrays) as stored:
+        return {name: save_attention_maps(stored[name], Path(png), title) for name, png, title in maps}

@@ -54,10 +54,10 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from andrea_exp.config.schema import ProbeSchema
-from andrea_exp.instruments.maps import save_attention_maps
 from andrea_exp.instruments.metrics import (
     component_std,
     first_kept_row,
@@ -77,9 +77,10 @@ ROW_GRAD_KEYS = {"row_p10": mk.GRAD_SCORES_ROW_P10, "row_p50": mk.GRAD_SCORES_RO
 
 
 class Probe:
-    def __init__(self, model, tokens: torch.Tensor, probe_cfg: ProbeSchema, run_dir: Path):
+    def __init__(self, model, tokens: torch.Tensor, probe_cfg: ProbeSchema, run_dir: Path, drawer=None):
         """model: the raw (uncompiled, unwrapped) Andrea; tokens: (B, T+1) held-out batch on its device;
-        probe_cfg: the probe group (its values checked by validate)."""
+        probe_cfg: the probe group (its values checked by validate); drawer: where the maps' PNGs are drawn
+        (map_worker.BackgroundDrawer), None: here, at once."""
         if tokens.dim() != 2 or tokens.size(1) < 2:
             raise ValueError(f"probe tokens must have shape (B, T+1) with T >= 1; got {tuple(tokens.shape)}")
         self.model = model
@@ -89,6 +90,7 @@ class Probe:
         self.dead_jac = probe_cfg.dead_jac
         self.dead_grad = probe_cfg.dead_grad
         self.map_dir = Path(run_dir) / "attention_maps"
+        self.drawer = drawer
         self.n_layer = len(model.blocks)
         self.n_head = model.cfg.n_head
         groups = param_groups(model)
@@ -143,15 +145,23 @@ class Probe:
 
     @torch.no_grad()
     def draw_maps(self, step: int) -> dict[str, Path]:
-        """PNG attention maps of the first probe sequence: a few heads of layer 0 and of the last layer."""
+        """PNG attention maps of the first probe sequence: a few heads of layer 0 and of the last layer, with their
+        float32 arrays in step{step}.npz (L0, L{last}: (heads, T, T)). With a drawer the PNGs are drawn there and
+        the mapping returned is its PendingMaps (wait() before reading them)."""
         with self._instrumented() as stages, torch.autocast(device_type=self.tokens.device.type, enabled=False):
             self.model(self.tokens[:1, :-1])
-            patterns = {li: stages[li]["pattern"][0, : self.maps_heads] for li in sorted({0, self.n_layer - 1})}
-        written = {}
-        for li, pattern in patterns.items():  # pattern: (heads, T, T)
-            path = self.map_dir / f"step{step:07d}_L{li}.png"
-            written[f"attn_map/L{li}"] = save_attention_maps(pattern, path, f"layer {li}, step {step}")
-        return written
+            patterns = {f"L{li}": stages[li]["pattern"][0, : self.maps_heads].float().cpu().numpy()
+                        for li in sorted({0, self.n_layer - 1})}
+        self.map_dir.mkdir(parents=True, exist_ok=True)
+        arrays = self.map_dir / f"step{step:07d}.npz"
+        np.savez(arrays, **patterns)
+        maps = [(name, str(self.map_dir / f"step{step:07d}_{name}.png"), f"layer {name[1:]}, step {step}")
+                for name in patterns]
+        if self.drawer is not None:
+            return self.drawer.submit(arrays, maps)
+        from andrea_exp.instruments.maps import save_attention_maps  # matplotlib: only where a run draws itself
+
+        return {f"attn_map/{name}": save_attention_maps(patterns[name], Path(png), title) for name, png, title in maps}
 
 
 # ---- parameter groups: which parameters each grad/... norm covers ------------------------------------------

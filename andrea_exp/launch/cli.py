@@ -12,6 +12,7 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -24,7 +25,7 @@ from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import ConfigError, checked, command_line_error
 from andrea_exp.launch import devices, gpu_memory, local_workers, orphans, slurm_job, sweep
 from andrea_exp.launch.startup import interrupted_at_start_up
-from andrea_exp.runs import run_guard, table, tracking
+from andrea_exp.runs import run_guard, table, timeline, tracking
 from andrea_exp.runs.end_lines import end_of_run_lines
 from andrea_exp.runs.rundir import read_summary, write_summary
 from andrea_exp.training import sweep_stop
@@ -95,8 +96,9 @@ def run_job(cfg: DictConfig) -> dict:
               "first step; not started", flush=True)
         TIME_LIMIT.ignore_from_now()
         return record_not_started(cfg, run_dir, held, sweep_stop.WORKER.signum, why="its SLURM job was cancelled")
-    from andrea_exp.training.interrupts import Interrupted  # torch imports kept out of config errors' path
-    from andrea_exp.training.loop import AlreadyFinished, train
+    with timeline.span("train_imports"):  # torch imports kept out of config errors' path
+        from andrea_exp.training.interrupts import Interrupted
+        from andrea_exp.training.loop import AlreadyFinished, train
 
     try:
         with orphans.cell_running() if in_worker else contextlib.nullcontext(), shares_gpu as started:
@@ -308,7 +310,22 @@ def _is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run_job)
+def timed_job(cfg: DictConfig) -> dict:
+    """run_job, recorded on the command's timeline (andrea_exp.runs.timeline) with the run's own phase times."""
+    if not timeline.enabled():
+        return run_job(cfg)
+    start, summary = time.time(), None
+    try:
+        summary = run_job(cfg)
+        return summary
+    finally:
+        phases = {k: v for k, v in (summary or {}).items() if k.startswith("run/time/") or k == "run/wall_s"}
+        hydra_cfg = HydraConfig.get()
+        cell = hydra_cfg.job.num if hydra_cfg.mode == RunMode.MULTIRUN else None
+        timeline.record("job", start, time.time(), cell=cell, run_dir=hydra_cfg.runtime.output_dir, phases=phases)
+
+
+_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(timed_job)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from andrea_exp.runs import timeline
 from andrea_exp.runs.table import FAILED_STATUSES, failed_of, read_cells, sweep_report
 from andrea_exp.runs.tracking import SWEEP_WANDB_DIR, offline_notice, resolve_mode, sweep_commands
 from andrea_exp.training import sweep_stop
@@ -29,6 +30,7 @@ class SweepSummary(Callback):
     """Says once how W&B logs the sweep; at the end prints the table of every cell and remembers failures."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        timeline.mark("sweep_start")
         _failed.clear()
         if sweep_stop.runs_cells_here(config.hydra.launcher):
             sweep_stop.LAUNCHER.arm(config.hydra.sweep.dir)
@@ -38,6 +40,10 @@ class SweepSummary(Callback):
             print(offline_notice(why, f"{sweep_dir}/wandb", f"{sweep_dir}/wandb"), flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        with timeline.span("sweep_table"):
+            self.report_end(config)
+
+    def report_end(self, config: DictConfig) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         cells = read_cells(sweep_dir) if sweep_dir.is_dir() else []
         _failed.clear()

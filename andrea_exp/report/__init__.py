@@ -12,7 +12,6 @@ May import: config, runs, data, model, instruments.
 
 from pathlib import Path
 
-from andrea_exp.config.schema import CONF_DIR  # noqa: F401  (the Hydra configs the runs were composed from)
-
+# nothing heavy here: the figures' worker processes import this package before they draw
 REPO_DIR = Path(__file__).resolve().parent.parent.parent
 CLAIMS_FILE = REPO_DIR / "experiments" / "CLAIMS.md"  # what each claim says; the report links to it

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.config.errors import describe_os_error, unwritable
-from andrea_exp.report.markdown import NoRuns, write_report
+from andrea_exp.runs import timeline
 
 DEFAULT_OUT = "report"  # beside the runs: SWEEP_DIR/report for one directory, ./report for several
 
@@ -17,6 +16,12 @@ def default_out(sweep_dirs: list[str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
+    timeline.mark("main")  # the interpreter is up: what came before is the process's start
+    # the report's modules (torch among them) load here, not at this module's import: the figures' worker
+    # processes are spawned, and each imports the main module again before it draws
+    with timeline.span("imports"):
+        from andrea_exp.config.errors import describe_os_error, unwritable
+        from andrea_exp.report.markdown import NoRuns, write_report
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="andrea-report",
                                      description="runs on disk -> report.md with a verdict per claim, and figures")

@@ -30,6 +30,7 @@ from andrea_exp.report.study import Study
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import Cells, Statement
 from andrea_exp.runs import metric_keys as mk
+from andrea_exp.runs import timeline
 from andrea_exp.runs.code_facts import code_sha, git_facts
 
 SHORT_WARNING = f"WARNING: some runs behind this verdict are shorter than {MIN_STEPS} steps (train.max_steps)"
@@ -220,7 +221,8 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
                  notes: list[str] | None = None) -> Path:
     """report.md (the first screen, figures, rules) and appendix.md (every place and check) under `out`."""
     damaged: list[str] = []
-    runs, reference_runs = reference.split(load_runs(roots, damaged))  # reference runs set the scale, judged nowhere
+    with timeline.span("load_runs"):  # reference runs set the scale, judged nowhere
+        runs, reference_runs = reference.split(load_runs(roots, damaged))
     notes = [*(notes or []), *(f"left out a damaged run: {line}" for line in damaged)]
     if not runs and damaged:
         raise NoRuns(f"every run under {', '.join(map(str, roots))} is damaged ({len(damaged)}, each named above)")
@@ -230,13 +232,14 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
     study = Study(runs, group_experiments(runs), out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     cells = Cells.of(study.cells, reference_runs)
-    with figures.drawn_in_parallel():
+    with timeline.span("figures"), figures.drawn_in_parallel(), timeline.span("evidence"):
         results = all_evidence(study)
         lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"), cells.refs)
         growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"), cells.refs)
         maps = copy_attention_maps(study.cells, out)
         figs = all_figures(cells, out / "figures")
-    stmts, screen_notes = statements(cells)
+    with timeline.span("statements"):
+        stmts, screen_notes = statements(cells)
     report = [first_screen(cells, study.cells, stmts, screen_notes, short_header(argv, study, machine, notes or []),
                            APPENDIX), figures_section(figs, out), rules_section()]
     path = out / "report.md"

@@ -7,21 +7,40 @@ the masked softmax and -inf vs -1e9 across dtypes; C8: the andrea_120m preset's 
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import torch
 from omegaconf import OmegaConf
 
-from andrea_exp.config.schema import ModelSchema
+from andrea_exp.config.schema import CONF_DIR, ModelSchema
 from andrea_exp.instruments.metrics import normalized_entropy, row_entropy
 from andrea_exp.model.attention import explicit_attention, future_mask, scale_factor
 from andrea_exp.model.decoder import Andrea
-from andrea_exp.report import CONF_DIR
 
 CLAIMED_DOT_STD = {64: 8.0, 256: 16.0, 4096: 64.0}  # C2's numbers
 GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 64
 
 
+def computed_once(fn):
+    """Each of these numbers depends on its arguments alone (seeded generators, no state), and a report asks for
+    some several times (a claim's evidence and its statements): each is computed once per process and every
+    caller gets a copy of its own."""
+    cached = functools.cache(fn)
+
+    @functools.wraps(fn)
+    def once(*args, **kwargs):
+        try:
+            return copy.deepcopy(cached(*args, **kwargs))
+        except TypeError:  # an unhashable argument (a list): computed afresh
+            return fn(*args, **kwargs)
+    once.cache_info = cached.cache_info
+    once.cache_clear = cached.cache_clear
+    return once
+
+
+@computed_once
 def score_matrix_count(T: int = 1024, d_k: int = 64) -> dict:
     """Run the explicit pipeline on one head and count its scores."""
     gen = torch.Generator().manual_seed(0)
@@ -32,6 +51,7 @@ def score_matrix_count(T: int = 1024, d_k: int = 64) -> dict:
     return {"T": T, "shape": tuple(scores.shape[-2:]), "count": scores[0, 0].numel()}
 
 
+@computed_once
 def dot_product_std(d_ks=(64, 256, 4096), n_pairs: int = 8000, seed: int = 0) -> list[dict]:
     """Std of q.k for random q, k with unit-variance components, and for random unit-norm q, k."""
     gen = torch.Generator().manual_seed(seed)
@@ -55,6 +75,7 @@ def row_entropy_norm(pattern: torch.Tensor) -> torch.Tensor:
     return normalized_entropy(row_entropy(pattern), torch.arange(1, T + 1))[..., 1:]  # (..., T-1)
 
 
+@computed_once
 def synthetic_softmax(d_ks=(16, 64, 256, 1024, 4096), T: int = 64, d_v: int = 64, batch: int = 8,
                       seed: int = 0) -> list[dict]:
     """Peakiness and the gradient through softmax for random unit-variance q, k, scaled and unscaled.
@@ -85,6 +106,7 @@ def synthetic_softmax(d_ks=(16, 64, 256, 1024, 4096), T: int = 64, d_v: int = 64
     return rows
 
 
+@computed_once
 def pipeline_checks(T: int = 16, d_k: int = 32, seed: int = 0) -> dict:
     """Exact fp32 checks of the masked softmax (C6), with -inf and with -1e9."""
     gen = torch.Generator().manual_seed(seed)
@@ -105,6 +127,7 @@ def pipeline_checks(T: int = 16, d_k: int = 32, seed: int = 0) -> dict:
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+@computed_once
 def mask_fill_precision(magnitudes=(1e0, 1e2, 1e4, 1e6, 1e8, 1e9, 1e10), dtypes=("fp32", "bf16", "fp16"),
                         softmax_in=("fp32", "native"), T: int = 32, seed: int = 0) -> list[dict]:
     """-inf against -1e9 when the scores themselves are huge (unscaled), per dtype.
@@ -147,6 +170,7 @@ def mask_fill_precision(magnitudes=(1e0, 1e2, 1e4, 1e6, 1e8, 1e9, 1e10), dtypes=
     return rows
 
 
+@computed_once
 def model_120m_shapes(vocab_size: int = GPT2_VOCAB) -> dict:
     """Build the andrea_120m preset on the meta device, run one forward over its full context, read every
     shape (C8)."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from andrea_exp.report import CONF_DIR, static
+from andrea_exp.config.schema import CONF_DIR
+from andrea_exp.report import static
 from andrea_exp.report.cells import INIT_ONLY, LR, LR_SWEEP, TRAINING, Cell, Experiment
 from andrea_exp.report.runs import Run
 from andrea_exp.report.seeds import distinct_cells

@@ -6,7 +6,7 @@ key), naming (group, run name, tags), tracking (metrics.jsonl and W&B, one inter
 (the git commit and the source's fingerprint), reader (the one reader of run directories into `Run`s, behind
 both frame and the report), frame (runs as a DataFrame; `from andrea_exp import runs; runs.load(...)` and
 `andrea-exp-runs` still work), workspace (a W&B workspace for a sweep), docs (README's metrics section from the
-registry).
+registry), timeline (a command's timed spans, written when ANDREA_EXP_TIMELINE names a file; a leaf).
 
 May import: config.
 """

@@ -209,7 +209,8 @@ SUMMARY_KEYS: tuple[Metric, ...] = (
     _m(RUN_TIME["steps"], "seconds of the step loop spent on training steps (the loop less the phases below)"),
     _m(RUN_TIME["probes"], "seconds the loop spent in probes"),
     _m(RUN_TIME["evals"], "seconds the loop spent in held-out evaluations"),
-    _m(RUN_TIME["maps"], "seconds the loop spent drawing attention maps"),
+    _m(RUN_TIME["maps"], "seconds the loop spent on attention maps (the probe's forward, the arrays written; "
+                        "a process of their own draws the PNGs)"),
     _m(RUN_TIME["checkpoints"], "seconds the loop spent writing checkpoints"),
     _m(RUN_TIME["end"], "seconds after the loop: the final probe, evaluation, checkpoint and sample"),
     _m(EVAL_SAMPLE, "tokens generated from a held-out prompt at the end"),

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
-from andrea_exp.runs import naming, rundir
+from andrea_exp.runs import naming, rundir, timeline
 from andrea_exp.runs.metric_keys import CONSTANTS, MIN_IN_SUMMARY, RUN_STATUS, TRAIN_STEP, layer_of
 
 _said: set[str] = set()  # messages already printed in this process (a multirun's jobs may share one)
@@ -148,9 +148,11 @@ class Tracker:
         self._wandb = None
         self._charted: set[str] = set()  # keys logged to W&B so far (a per-layer key is hidden when first seen)
         self._reopened = False  # the W&B run was continued in a new service process once already
+        self._pending_images: list[tuple[dict, int]] = []  # (PNGs being drawn, step), logged at finish
         if enabled:
             try:
-                self._start_wandb(resume_step)
+                with timeline.span("wandb_init"):
+                    self._start_wandb(resume_step)
             except Exception as err:  # W&B is the dashboard, never a reason for a run to fail
                 _say_once(f"[andrea-exp] W&B disabled for this run: {type(err).__name__}: {err}")
                 self.wandb_run = None
@@ -283,13 +285,30 @@ class Tracker:
         self._charted.update(metrics)
 
     def log_images(self, images: dict, step: int) -> None:
-        """images: name -> PNG path, already written to the run directory."""
+        """images: name -> PNG path, written to the run directory; or a mapping with `wait()` (the PNGs still
+        being drawn, instruments/map_worker.py), logged when the run ends, in the order given."""
+        if hasattr(images, "wait"):
+            if self.enabled and images:
+                self._pending_images.append((images, step))
+            return
         if not self.enabled or not images or self.wandb_run is None:
             return
         wandb = self._wandb
         self._wandb_call("log_images", lambda run: run.log(
             {name: wandb.Image(str(path), caption=f"step {step}") for name, path in images.items()}
             | {TRAIN_STEP: step}))
+
+    def _log_pending_images(self) -> None:
+        """Every PNG still being drawn on disk, then in W&B at its step. A drawing that failed costs the maps, never
+        the run: one line says so."""
+        pending, self._pending_images = self._pending_images, []
+        for images, step in pending:
+            try:
+                drawn = images.wait()
+            except Exception as err:  # the maps are pictures of numbers already logged
+                _say_once(f"[andrea-exp] attention maps not drawn: {type(err).__name__}: {err}")
+                return
+            self.log_images(drawn, step)
 
     def log_histograms(self, tensors: dict, step: int) -> None:
         """tensors: name -> tensor of values (e.g. attention scores); masked (non-finite) entries are dropped."""
@@ -313,6 +332,7 @@ class Tracker:
         """Write summary.json (with the resolved config) and close every sink; a failed run is marked failed."""
         if not self.enabled:
             return
+        self._log_pending_images()
         try:
             rundir.write_summary(self.run_dir, summary, self.cfg)
         finally:
@@ -331,7 +351,8 @@ class Tracker:
                     r.finish(exit_code=1 if failed else 0)
 
                 _open_runs.remove(run)
-                self._wandb_call("finish", close)
+                with timeline.span("wandb_finish"):
+                    self._wandb_call("finish", close)
                 if self.wandb_run in _open_runs:  # the run continued in a new service
                     _open_runs.remove(self.wandb_run)
                 self.wandb_run = None

@@ -27,6 +27,7 @@ import contextlib
 import torch
 
 from andrea_exp.config.validation import ConfigError
+from andrea_exp.runs import timeline
 
 WARMUP_STEPS = 3  # eager steps on a side stream before the capture (allocator and optimiser state)
 
@@ -105,7 +106,8 @@ class GraphedStep:
             self.eager_left -= 1
             loss, gn = self._eager_on_side_stream(x, y)
         elif self.graph is None and not self.failed:
-            self._capture(x, y)
+            with timeline.span("capture"):
+                self._capture(x, y)
             loss, gn = self._replay(x, y) if self.graph is not None else self._eager(x, y)
         elif self.graph is not None:
             loss, gn = self._replay(x, y)

@@ -85,9 +85,10 @@ def local_batch_size(batch_size: int, world_size: int) -> int:
 def build_probe(probe_cfg: ProbeSchema, model, held_out, run_dir: Path, rt: Runtime):
     if probe_cfg.every <= 0 or not rt.is_main:
         return None
+    from andrea_exp.instruments import map_worker
     from andrea_exp.instruments.probe import Probe
 
-    return Probe(model, held_out[: probe_cfg.batch_size], probe_cfg, run_dir)
+    return Probe(model, held_out[: probe_cfg.batch_size], probe_cfg, run_dir, drawer=map_worker.shared())
 
 
 def probe_due(step: int, probe_cfg: ProbeSchema) -> bool:
@@ -352,11 +353,11 @@ def train(settings: Config, run_dir: Path) -> dict:
                    **({K.RUN_ERROR: error} if error else {})}
         if status == "finished" and rt.is_main:
             with clock.phase("end"):  # the final probe, evaluation, checkpoint and sample
+                if probe is not None and pc.maps_every:  # the attention the run ends with, whatever the cadence;
+                    tracker.log_images(probe.draw_maps(st.step), st.step)  # first: drawn while the rest runs
                 if probe is not None:
                     log(tracker, st, probe.measure(st.step), st.step)
                 evaluate_into(tracker, st, model, data, rt, tc)
-                if probe is not None and pc.maps_every:  # the attention the run ends with, whatever the cadence
-                    tracker.log_images(probe.draw_maps(st.step), st.step)
                 save_checkpoint(ckpt_dir, st, tc, scientific, model, optimizer, scheduler)
                 summary.update(sample_record(settings, model, data, rt))
         summary.update(clock.summary())
