@@ -141,10 +141,12 @@ def sides(groups: dict, fix: str, refs: References, attn_key: str) -> Sides:
 def z_loss_statement(fix: str, off: Sides | None, on: Sides) -> str:
     """Whether z-loss removes the output-side failures of `fix` (its twin without z-loss: `off`)."""
     twin = without_z_loss(fix)
-    if off is None or not off.measured or not on.measured:
-        return (f"z-loss on `{twin}`: **not measured** (no run of it "
-                f"{'without' if off is None or not off.measured else 'with'} z-loss logged both the attention and "
-                "the output logits)")
+    if off is None or not off.measured:
+        return f"z-loss on `{twin}`: **not measured** (no run of `{twin}` without z-loss)"
+    unread = {name: s.counts.get(NOT_MEASURED, 0) for name, s in ((twin, off), (fix, on))}
+    if any(unread.values()):  # a failed run that cannot be read might be an output-side failure
+        return (f"z-loss on `{twin}`: **not measured** (failed runs whose attention or output logits were not "
+                f"logged: {', '.join(f'{n} of `{name}`' for name, n in unread.items())})")
     n_off, n_on = off.counts.get(OUTPUT, 0), on.counts.get(OUTPUT, 0)
     numbers = (f"{n_off} of {off.measured} runs fail on the output side with z-loss off, {n_on} of {on.measured} "
                f"with `{fix}`")
