@@ -118,7 +118,8 @@ def test_a_best_lr_at_the_edge_reads_not_bracketed():
     text = section(sweep("inv", {64: 1.2e-2, 256: 3e-1, 4096: 3e-1}))
     assert "| 0.3 (at the sweep's edge: not bracketed) |" in text
     assert ("**not measured**: fewer than two d_k with a bracketed best LR; does not vote: d_k 256: at the sweep's "
-            "edge: not bracketed, d_k 4096: at the sweep's edge: not bracketed") in transfer_line(text, "scale=inv ln=False")
+            "edge: not bracketed, d_k 4096: at the sweep's edge: not bracketed") in \
+        transfer_line(text, "scale=inv ln=False")
 
 
 # ------------------------------------------------------------------ LR sensitivity of one setting
