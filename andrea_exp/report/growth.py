@@ -16,6 +16,7 @@ from andrea_exp.report.collapse import RULE as COLLAPSE_RULE
 from andrea_exp.report.collapse import cell_collapsed
 from andrea_exp.report.effects import References, references, trains_rule
 from andrea_exp.report.effects import trains as trains_on_scale
+from andrea_exp.report.fix_label import fix_label
 from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.lr import lr_sensitivity
 from andrea_exp.report.stats import stat
@@ -28,7 +29,7 @@ BASELINE = "scale=sqrt ln=False"
 
 
 def fix_of(cell: Cell) -> str:
-    return f"scale={cell.get('model.scale')} ln={bool(cell.get('model.qk_layernorm'))}"
+    return fix_label(cell)  # softcap, sigma-reparam and z-loss cells pooled with extras' keep their own rows
 
 
 def trains(cell: Cell, refs: References) -> bool:

@@ -12,6 +12,7 @@ from andrea_exp.report import CLAIMS_FILE, REPO_DIR, figures, reference, seeds
 from andrea_exp.report.cells import Cell, Experiment, group_experiments, short
 from andrea_exp.report.claims import all_evidence
 from andrea_exp.report.claims.common import ClaimResult
+from andrea_exp.report.fixes import fixes_section
 from andrea_exp.report.growth import growth_section
 from andrea_exp.report.lr import lr_section
 from andrea_exp.report.rules import Check
@@ -236,6 +237,7 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
         results = all_evidence(study)
         lr_text = lr_section(study.cells, study.fig("lr_sensitivity.png"), cells.refs)
         growth_text = growth_section(study.lr_cells, study.fig("logit_growth.png"), cells.refs)
+        fixes_text = fixes_section(study.lr_cells, cells.refs)
         maps = copy_attention_maps(study.cells, out)
         figs = all_figures(cells, out / "figures")
     with timeline.span("statements"):
@@ -251,6 +253,7 @@ def write_report(roots: list[str], out: Path, argv: list[str], machine: str | No
     parts += [claim_section(r, stmts, out) for r in results]
     parts.append(lr_text)
     parts.append(growth_text)
+    parts.append(fixes_text)
     parts.append("## Attention maps\n")
     if maps:
         for label, paths in maps:
