@@ -31,24 +31,13 @@ for name in "$@"; do
 done
 mkdir -p "$SWEEPS"
 
-sweep() {  # sweep NAME [overrides...]: one Hydra multirun into $SWEEPS/NAME, its log beside it
-  local name=$1 resume=() t0 rc command; shift
-  command="$* ${EXTRA_ARGS[*]} data.path=$TOKENS"
-  if [ -f "$SWEEPS/$name.done" ] && [ "$(cat "$SWEEPS/$name.done")" = "$command" ]; then
-    echo "stage $name: done (rm $SWEEPS/$name.done to run it again)"
-    return 0
-  fi
-  [ -d "$SWEEPS/$name" ] && resume=(train.resume=true)
-  t0=$(date +%s)
-  $py -m andrea_exp -m "hydra.sweep.dir=$SWEEPS/$name" "data.path=$TOKENS" logger.mode=disabled \
-    train.progress=false "${resume[@]}" "$@" "${EXTRA_ARGS[@]}" >> "$SWEEPS/$name.log" 2>&1
-  rc=$?
-  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" >> "$SWEEPS/stages.tsv"
-  echo "stage $name: $(( $(date +%s) - t0 )) s, exit $rc"
-  grep -E "cells, [0-9]+ failed|^error|Error" "$SWEEPS/$name.log" | tail -n 3
-  [ "$rc" -eq 0 ] && echo "$command" > "$SWEEPS/$name.done"
-  case $rc in 130|143) exit "$rc" ;; esac
-  return 0
+# shellcheck source=experiments/stages.sh
+. "$(dirname "$0")/stages.sh"
+
+sweep() {  # sweep NAME [overrides...]: a stage on the prepared tokens (stages.sh)
+  local name=$1
+  shift
+  run_stage "$name" "$* ${EXTRA_ARGS[*]} data.path=$TOKENS" "data.path=$TOKENS" "$@" "${EXTRA_ARGS[@]}"
 }
 
 prepare() {

@@ -24,25 +24,12 @@ for name in "$@"; do
 done
 mkdir -p "$SWEEPS"
 
-sweep() {  # sweep FIX: the preset's grid at one fix, one Hydra multirun into $SWEEPS/FIX, its log beside it
-  local name=$1 resume=() t0 rc command
-  command="experiment=stability_fixes fix=$name ${EXTRA_ARGS[*]}"
-  if [ -f "$SWEEPS/$name.done" ] && [ "$(cat "$SWEEPS/$name.done")" = "$command" ]; then
-    echo "stage $name: done (rm $SWEEPS/$name.done to run it again)"
-    return 0
-  fi
-  [ -d "$SWEEPS/$name" ] && resume=(train.resume=true)
-  t0=$(date +%s)
-  $py -m andrea_exp -m experiment=stability_fixes "fix=$name" hydra/launcher=local_gpus "cells_per_gpu=$PAR" \
-    "hydra.sweep.dir=$SWEEPS/$name" logger.mode=disabled train.progress=false "${resume[@]}" "${EXTRA_ARGS[@]}" \
-    >> "$SWEEPS/$name.log" 2>&1
-  rc=$?
-  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" >> "$SWEEPS/stages.tsv"
-  echo "stage $name: $(( $(date +%s) - t0 )) s, exit $rc"
-  grep -E "cells, [0-9]+ failed|^error|Error" "$SWEEPS/$name.log" | tail -n 3
-  [ "$rc" -eq 0 ] && echo "$command" > "$SWEEPS/$name.done"
-  case $rc in 130|143) exit "$rc" ;; esac
-  return 0
+# shellcheck source=experiments/stages.sh
+. "$(dirname "$0")/stages.sh"
+
+sweep() {  # sweep FIX: the preset's grid at one fix, a stage (stages.sh)
+  run_stage "$1" "experiment=stability_fixes fix=$1 ${EXTRA_ARGS[*]}" experiment=stability_fixes "fix=$1" \
+    hydra/launcher=local_gpus "cells_per_gpu=$PAR" "${EXTRA_ARGS[@]}"
 }
 
 [ $# -eq 0 ] && set -- $STAGES
