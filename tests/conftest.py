@@ -96,10 +96,27 @@ def run_dir(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(scope="package")
+def composed_tiny():
+    """The tiny preset composed once for the test package, read-only: a test changes its own copy, tiny_config."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_tiny()
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
 @pytest.fixture
-def tiny_config():
-    """compose_tiny, as a fixture: tiny_config("train.max_steps=4") is the tiny preset composed with that change."""
-    return compose_tiny
+def tiny_config(composed_tiny):
+    """A deep copy of the composed tiny preset for one test to change. It stays typed by the schema: an
+    unknown key or a value of the wrong type is refused as it is set, as Hydra refuses the override."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    cfg = copy.deepcopy(composed_tiny)
+    OmegaConf.set_readonly(cfg, False)
+    return cfg
 
 
 @pytest.fixture
@@ -158,6 +175,17 @@ def pytest_collection_modifyitems(config, items):
             why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter)
             if why:
                 item.add_marker(pytest.mark.skip(reason=why))
+
+
+def data_settings(source: str, **changes):
+    """The shipped settings of a data source (conf/data/SOURCE.yaml) with CHANGES, as the typed group the
+    data sources read; a yaml's unset `???` stays a string, as a test of the refusal needs it."""
+    from omegaconf import OmegaConf
+
+    from andrea_exp.config.schema import DataSchema
+
+    shipped = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "data" / f"{source}.yaml"), throw_on_missing=False)
+    return DataSchema(**{**shipped, **changes})
 
 
 def probe_settings(**changes):
