@@ -152,12 +152,16 @@ def slurm_unavailable() -> str | None:
     return None
 
 
-def gpu_skip_reason(marker, cuda: bool, triton_interpreter: bool) -> str | None:
-    """Why a test marked `gpu` cannot run here, or None. gpu(triton_interpreter=True): a Triton kernel's test,
-    which also runs on the CPU under Triton's interpreter (TRITON_INTERPRET=1)."""
-    if cuda or (triton_interpreter and marker.kwargs.get("triton_interpreter")):
-        return None
-    return "needs a CUDA device"
+def gpu_skip_reason(marker, cuda: bool, triton_interpreter: bool, triton: bool = True) -> str | None:
+    """Why a test marked `gpu` cannot run here, or None. gpu(triton=True): a test of a Triton kernel, which
+    also needs Triton; gpu(triton_interpreter=True): a Triton kernel's test which also runs on the CPU under
+    Triton's interpreter (TRITON_INTERPRET=1)."""
+    on_cpu = marker.kwargs.get("triton_interpreter", False)
+    if not (cuda or (triton_interpreter and on_cpu)):
+        return "needs a CUDA device"
+    if (on_cpu or marker.kwargs.get("triton", False)) and not triton:
+        return "needs Triton"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -171,8 +175,11 @@ def pytest_collection_modifyitems(config, items):
         import torch  # only when a GPU test was collected: the rest of the suite need not load torch to collect
 
         cuda, interpreter = torch.cuda.is_available(), os.environ.get("TRITON_INTERPRET") == "1"
+        from andrea_exp.model.step_stats import triton_available
+
+        triton = triton_available()
         for item in gpu:
-            why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter)
+            why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter, triton)
             if why:
                 item.add_marker(pytest.mark.skip(reason=why))
 

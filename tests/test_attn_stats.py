@@ -49,9 +49,10 @@ def kernel_device() -> str | None:
     return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else None
 
 
-# The kernels' tests are marked gpu(triton_interpreter=True): without CUDA they run only under the interpreter
+# The kernels' tests are marked gpu(triton_interpreter=True): without CUDA they run only under the interpreter;
+# the fused pass's (and a kernel's in bf16, which the interpreter has no arithmetic for) gpu(triton=True)
 kernel_gpu = pytest.mark.gpu(triton_interpreter=True)
-needs_triton = pytest.mark.skipif(not attn_stats.triton_available(), reason="needs Triton")
+triton_gpu = pytest.mark.gpu(triton=True)
 
 
 @pytest.fixture(autouse=True)
@@ -509,14 +510,12 @@ def kernel_grid():
         yield pytest.param(*param.values, id=param.id, marks=kernel_gpu)
 
 
-@needs_triton
 @pytest.mark.parametrize("T, d, causal, scaled, fill, dtype", list(kernel_grid()))
 def test_kernel_equals_the_explicit_pipeline(T, d, causal, scaled, fill, dtype):
     check_against_explicit(T, d, causal, scaled, fill, dtype, "triton", kernel_device())
 
 
 @kernel_gpu
-@needs_triton
 def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
     device = kernel_device()
     q, k = (t.to(device) for t in rising_keys())
@@ -529,7 +528,6 @@ def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
 
 
 @kernel_gpu
-@needs_triton
 def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
     device = kernel_device()
     q, k = random_qk(130, 32, device=device)
@@ -551,7 +549,6 @@ def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
 
 
 @kernel_gpu
-@needs_triton
 def test_the_flag_turns_the_kernels_off():
     device = kernel_device()
     q, k = random_qk(64, 16, device=device)
@@ -567,17 +564,14 @@ def test_the_flag_turns_the_kernels_off():
         assert_close(out, head_stats_torch(q[:, :, :T], k[:, :, :T], 0.25, True), 2 * T)
 
 
-@kernel_gpu
-@needs_triton
-@pytest.mark.parametrize("case, dtype", ADVERSARIAL, ids=[f"{c}-{str(d).split('.')[-1]}" for c, d in ADVERSARIAL])
+@pytest.mark.parametrize("case, dtype", [
+    pytest.param(case, dtype, id=f"{case}-{str(dtype).split('.')[-1]}",
+                 marks=triton_gpu if dtype == torch.bfloat16 else kernel_gpu) for case, dtype in ADVERSARIAL])
 def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dtype):
     """The kernel's row max is kept on the raw q.k and z = (r - m) c, so the max key contributes exactly 1 (with
     s = r c and z = s - m, the compiler's fused multiply-add made the max key's z the rounding error of r c and
     rows of logits in the thousands reported max_prob 1.00008; see step_stats_kernel's docstring)."""
-    device = kernel_device()
-    if device == "cpu" and dtype == torch.bfloat16:
-        pytest.skip("Triton's interpreter has no bf16 arithmetic")
-    q, k, scale = adversarial_qk(case, dtype, device)
+    q, k, scale = adversarial_qk(case, dtype, kernel_device())
     for causal in (True, False):
         got = head_stats(q, k, scale=scale, causal=causal, impl="triton")
         assert_probabilities(got.cpu(), f"{case} {dtype} causal {causal}")
@@ -611,13 +605,12 @@ def fused_grid():
                 for scaled in (True, False):
                     for dtype in (torch.bfloat16, torch.float16):
                         for backward in ("flash", "cudnn") if T % 64 == 0 else ("flash",):  # cudnn_backward_fits
-                            yield pytest.param(T, d, causal, scaled, dtype, backward, marks=pytest.mark.gpu,
+                            yield pytest.param(T, d, causal, scaled, dtype, backward, marks=triton_gpu,
                                                id=f"T{T}-d{d}-{'causal' if causal else 'full'}-"
                                                   f"{'scaled' if scaled else 'unscaled'}-{str(dtype).split('.')[-1]}"
                                                   f"-{backward}")
 
 
-@needs_triton
 @pytest.mark.parametrize("T, d, causal, scaled, dtype, backward", list(fused_grid()))
 def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, causal, scaled, dtype, backward):
     """Output and gradients (through flash's or cuDNN's backward): no further from the float64 formula than SDPA's
@@ -652,8 +645,7 @@ def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, 
         assert err(ours, ref) <= 3 * err(theirs, ref) + eps / 4 * size, f"{where} grad {name}"
 
 
-@pytest.mark.gpu
-@needs_triton
+@triton_gpu
 def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_off():
     q, k = (t.to("cuda", torch.bfloat16) for t in rising_keys())
     v = torch.randn_like(q)
@@ -668,8 +660,7 @@ def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_o
     assert torch.equal(off, out)  # the flag turns the statistics off, never the attention
 
 
-@pytest.mark.gpu
-@needs_triton
+@triton_gpu
 def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass():
     """Same seed, same batches: train.attn_stats_pass=fused (the attention from the fused kernel, gradients from
     flash's backward) and =separate (SDPA's forward, a statistics-only pass) give the same losses and statistics
@@ -730,8 +721,7 @@ def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tens
     return got, ref
 
 
-@pytest.mark.gpu
-@needs_triton
+@triton_gpu
 @pytest.mark.parametrize("mode", ["eager", "graphed", "graphed-compiled"])
 def test_training_steps_record_the_explicit_pipelines_values(mode):
     overrides = {"eager": ["train.cuda_graph=false"], "graphed": ["train.cuda_graph=true"],
