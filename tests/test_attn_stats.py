@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, compose_tiny, tiny
+from conftest import compose_tiny
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from andrea_exp.config.validation import ConfigError, validate
@@ -364,35 +364,33 @@ def test_metric_rows_pool_heads_and_layers_and_name_registered_keys():
 
 # ---------------------------------------------------------------- settings and the loop (CPU)
 
-TINY = tiny("model.n_layer=2", "train.max_steps=6", "train.eval_every=0", "train.log_every=4", "train.device=cpu",
-            "train.sample_tokens=2")
-
-
-def config(*overrides: str):
-    return compose_config(*TINY, *overrides)
+STATS_RUN = ("model.n_layer=2", "train.max_steps=6", "train.eval_every=0", "train.log_every=4", "train.device=cpu",
+             "train.sample_tokens=2")
 
 
 def test_settings_default_off_and_bad_values_are_one_line():
-    assert config().train.attn_stats == "off"
-    validate(config("train.attn_stats=every", "train.attn_stats_every=3", "train.attn_stats_per_head=true"))
-    validate(config("train.attn_stats=false"))  # YAML's bare `off`
+    assert compose_tiny(*STATS_RUN).train.attn_stats == "off"
+    validate(compose_tiny(*STATS_RUN, "train.attn_stats=every", "train.attn_stats_every=3",
+                          "train.attn_stats_per_head=true"))
+    validate(compose_tiny(*STATS_RUN, "train.attn_stats=false"))  # YAML's bare `off`
     with pytest.raises(ConfigError, match=r"^train.attn_stats must be one of every, off; got 'sometimes'$"):
-        validate(config("train.attn_stats=sometimes"))
+        validate(compose_tiny(*STATS_RUN, "train.attn_stats=sometimes"))
     with pytest.raises(ConfigError, match=r"^train.attn_stats_every must be an integer >= 1; got 0$"):
-        validate(config("train.attn_stats_every=0"))
+        validate(compose_tiny(*STATS_RUN, "train.attn_stats_every=0"))
     with pytest.raises(ConfigError, match=r"^train.attn_stats_pass must be one of auto, fused, separate"):
-        validate(config("train.attn_stats_pass=both"))
+        validate(compose_tiny(*STATS_RUN, "train.attn_stats_pass=both"))
 
 
 def test_the_pass_is_fused_at_every_step_and_separate_with_a_cadence():
-    assert config().train.attn_stats_pass == "auto"
-    passes = {(asked, every): validate(config("train.attn_stats=every", f"train.attn_stats_pass={asked}",
-                                              f"train.attn_stats_every={every}")).train.stats_pass
+    assert compose_tiny(*STATS_RUN).train.attn_stats_pass == "auto"
+    passes = {(asked, every): validate(compose_tiny(*STATS_RUN, "train.attn_stats=every",
+                                                    f"train.attn_stats_pass={asked}",
+                                                    f"train.attn_stats_every={every}")).train.stats_pass
               for asked in ("auto", "fused", "separate") for every in (1, 2, 10)}
     assert [passes["auto", every] for every in (1, 2, 10)] == ["fused", "separate", "separate"]
     assert passes["fused", 10] == "fused" and passes["separate", 1] == "separate"
     for every in (1, 3):  # off CUDA no layer takes the fused pass, whatever was asked
-        settings = validate(config("train.attn_stats=every", f"train.attn_stats_every={every}"))
+        settings = validate(compose_tiny(*STATS_RUN, "train.attn_stats=every", f"train.attn_stats_every={every}"))
         model = tiny_model()
         stats = attn_stats.from_config(settings.train, model)
         assert stats.every == every
@@ -406,7 +404,7 @@ def test_a_bare_or_quoted_yaml_value_reads_the_same(tmp_path, typed, read):
     """YAML reads a bare off as false and on as true: the settings hold every | off however it was written."""
     from omegaconf import OmegaConf
 
-    cfg = config()
+    cfg = compose_tiny(*STATS_RUN)
     cfg.train = OmegaConf.merge(cfg.train, OmegaConf.create(f"attn_stats: {typed}\n"))
     assert validate(cfg).train.attn_stats == read
     model = tiny_model()
@@ -421,7 +419,7 @@ def read_rows(run_dir: Path) -> list[dict]:
 def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
     from andrea_exp.training.loop import train
 
-    cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
+    cfg = compose_tiny(*STATS_RUN, "train.attn_stats=every", f"train.attn_stats_every={every}")
     train(validate(cfg), tmp_path)
     rows = [r for r in read_rows(tmp_path) if K.TRAIN_LOSS in r]
     assert [r["step"] for r in rows] == list(range(6))
@@ -438,7 +436,7 @@ def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
 def test_the_loop_logs_no_statistics_when_off(tmp_path):
     from andrea_exp.training.loop import train
 
-    train(validate(config()), tmp_path)
+    train(validate(compose_tiny(*STATS_RUN)), tmp_path)
     assert not any(key.startswith("attn_step/") for r in read_rows(tmp_path) for key in r)
 
 
@@ -463,8 +461,8 @@ def train_steps(cfg, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
 def assert_same_training(*overrides: str, steps: int = 6) -> None:
     """attn_stats=off and =every from one seed: bitwise the same losses at every step and the same weights."""
     fast = ["train.lr=1e-2", "train.warmup_steps=0"]  # full steps from the first: a changed forward would show
-    off = train_steps(config(*fast, *overrides, "train.attn_stats=off"), steps)
-    every = train_steps(config(*fast, *overrides, "train.attn_stats=every"), steps)
+    off = train_steps(compose_tiny(*STATS_RUN, *fast, *overrides, "train.attn_stats=off"), steps)
+    every = train_steps(compose_tiny(*STATS_RUN, *fast, *overrides, "train.attn_stats=every"), steps)
     assert off[0] == every[0], f"losses off {off[0]} vs every {every[0]}"
     assert off[0][0] != off[0][-1]  # it trained
     for name, weight in off[1].items():
@@ -667,7 +665,7 @@ def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass()
     to bf16 rounding; only the fused model runs _attn_fwd_stats."""
     runs = {}
     for name in ("fused", "separate"):
-        cfg = gpu_config("train.cuda_graph=false", f"train.attn_stats_pass={name}")
+        cfg = compose_tiny(*GPU_RUN, "train.cuda_graph=false", f"train.attn_stats_pass={name}")
         from andrea_exp.training.cell import build_cell
 
         cell = build_cell(validate(cfg))
@@ -694,11 +692,9 @@ def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass()
 
 # ---------------------------------------------------------------- a real training step on the GPU
 
+GPU_RUN = ("model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64", "data.train_sequences=256",
+           "train.max_steps=40", "train.precision=bf16", "train.attn_stats=every")
 
-def gpu_config(*overrides: str):
-    return compose_tiny("model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64",
-                        "data.train_sequences=256", "train.max_steps=40", "train.precision=bf16",
-                        "train.attn_stats=every", *overrides)
 
 
 def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -726,7 +722,7 @@ def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tens
 def test_training_steps_record_the_explicit_pipelines_values(mode):
     overrides = {"eager": ["train.cuda_graph=false"], "graphed": ["train.cuda_graph=true"],
                  "graphed-compiled": ["train.cuda_graph=true", "train.compile=true"]}[mode]
-    cfg = gpu_config(*overrides, "train.attn_stats_every=2")
+    cfg = compose_tiny(*GPU_RUN, *overrides, "train.attn_stats_every=2")
     got, ref = stats_of_steps(cfg, 10)
     for i in range(0, 10, 2):  # the due steps; the graph's replays after its capture included
         for li in range(len(got[i])):
