@@ -304,17 +304,16 @@ def test_without_the_random_streams_the_resumed_run_differs(dropout_unbroken, tm
     assert all(resumed[s] != dropout_unbroken[s] for s in range(CRASH_AT, 30))
 
 
-def test_resuming_a_cell_that_a_stopped_sweep_never_started_says_so(tmp_path, capsys):
+def test_resuming_a_cell_that_a_stopped_sweep_never_started_says_so(tmp_path, capsys, tiny_config):
     """A local sweep stopped by Ctrl-C records its unstarted cells as interrupted at step 0: resumed, each
     starts from step 0 and is called what it is, not a run whose checkpoint went missing."""
-    from omegaconf import OmegaConf
-
     from andrea_exp.runs.rundir import write_summary
     from andrea_exp.training.loop import load_resume_state
 
-    cfg = OmegaConf.create({"train": {"resume": True, "max_steps": 10}})
+    cfg = tiny_config
+    cfg.train.resume, cfg.train.max_steps = True, 10
     write_summary(tmp_path, {"run/status": "interrupted", "run/steps": 0,
                              "run/error": "not started: the sweep was stopped by SIGINT"}, cfg)
-    assert load_resume_state(cfg.train, tmp_path, {}, is_main=True) is None
+    assert load_resume_state(validate(cfg).train, tmp_path, {}, is_main=True) is None
     out = capsys.readouterr().out
     assert f"{tmp_path} never started; starting it from step 0" in out and "holds no checkpoint" not in out
