@@ -1,5 +1,7 @@
 """Shared fixtures: a fresh run directory, a way to run the real CLI as a subprocess, the one way tests
-compose conf/ (Hydra's own compose API) and its tiny preset, and a .tar.gz written from members in memory."""
+compose conf/ (Hydra's own compose API: compose_config, compose_tiny), the tiny preset composed once with a
+per-test copy (tiny_config), a group's shipped settings as the schema's dataclass (data_settings, probe_settings),
+the one GPU condition (the `gpu` marker) and a .tar.gz written from members in memory."""
 
 from __future__ import annotations
 
