@@ -1,5 +1,7 @@
 """Shared fixtures: a fresh run directory, a way to run the real CLI as a subprocess, the one way tests
-compose conf/ (Hydra's own compose API) and its tiny preset, and a .tar.gz written from members in memory."""
+compose conf/ (Hydra's own compose API: compose_config, compose_tiny), the tiny preset composed once with a
+per-test copy (tiny_config), a group's shipped settings as the schema's dataclass (data_settings, probe_settings),
+the one GPU condition (the `gpu` marker) and a .tar.gz written from members in memory."""
 
 from __future__ import annotations
 
@@ -96,10 +98,27 @@ def run_dir(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(scope="package")
+def composed_tiny():
+    """The tiny preset composed once for the test package, read-only: a test changes its own copy, tiny_config."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_tiny()
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
 @pytest.fixture
-def tiny_config():
-    """compose_tiny, as a fixture: tiny_config("train.max_steps=4") is the tiny preset composed with that change."""
-    return compose_tiny
+def tiny_config(composed_tiny):
+    """A deep copy of the composed tiny preset for one test to change. It stays typed by the schema: an
+    unknown key or a value of the wrong type is refused as it is set, as Hydra refuses the override."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    cfg = copy.deepcopy(composed_tiny)
+    OmegaConf.set_readonly(cfg, False)
+    return cfg
 
 
 @pytest.fixture
@@ -135,12 +154,16 @@ def slurm_unavailable() -> str | None:
     return None
 
 
-def gpu_skip_reason(marker, cuda: bool, triton_interpreter: bool) -> str | None:
-    """Why a test marked `gpu` cannot run here, or None. gpu(triton_interpreter=True): a Triton kernel's test,
-    which also runs on the CPU under Triton's interpreter (TRITON_INTERPRET=1)."""
-    if cuda or (triton_interpreter and marker.kwargs.get("triton_interpreter")):
-        return None
-    return "needs a CUDA device"
+def gpu_skip_reason(marker, cuda: bool, triton_interpreter: bool, triton: bool = True) -> str | None:
+    """Why a test marked `gpu` cannot run here, or None. gpu(triton=True): a test of a Triton kernel, which
+    also needs Triton; gpu(triton_interpreter=True): a Triton kernel's test which also runs on the CPU under
+    Triton's interpreter (TRITON_INTERPRET=1)."""
+    on_cpu = marker.kwargs.get("triton_interpreter", False)
+    if not (cuda or (triton_interpreter and on_cpu)):
+        return "needs a CUDA device"
+    if (on_cpu or marker.kwargs.get("triton", False)) and not triton:
+        return "needs Triton"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -154,10 +177,24 @@ def pytest_collection_modifyitems(config, items):
         import torch  # only when a GPU test was collected: the rest of the suite need not load torch to collect
 
         cuda, interpreter = torch.cuda.is_available(), os.environ.get("TRITON_INTERPRET") == "1"
+        from andrea_exp.model.step_stats import triton_available
+
+        triton = triton_available()
         for item in gpu:
-            why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter)
+            why = gpu_skip_reason(item.get_closest_marker("gpu"), cuda, interpreter, triton)
             if why:
                 item.add_marker(pytest.mark.skip(reason=why))
+
+
+def data_settings(source: str, **changes):
+    """The shipped settings of a data source (conf/data/SOURCE.yaml) with CHANGES, as the typed group the
+    data sources read; a yaml's unset `???` stays a string, as a test of the refusal needs it."""
+    from omegaconf import OmegaConf
+
+    from andrea_exp.config.schema import DataSchema
+
+    shipped = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "data" / f"{source}.yaml"), throw_on_missing=False)
+    return DataSchema(**{**shipped, **changes})
 
 
 def probe_settings(**changes):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, compose_tiny, tiny
+from conftest import compose_tiny
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from andrea_exp.config.validation import ConfigError, validate
@@ -49,9 +49,10 @@ def kernel_device() -> str | None:
     return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else None
 
 
-# The kernels' tests are marked gpu(triton_interpreter=True): without CUDA they run only under the interpreter
+# The kernels' tests are marked gpu(triton_interpreter=True): without CUDA they run only under the interpreter;
+# the fused pass's (and a kernel's in bf16, which the interpreter has no arithmetic for) gpu(triton=True)
 kernel_gpu = pytest.mark.gpu(triton_interpreter=True)
-needs_triton = pytest.mark.skipif(not attn_stats.triton_available(), reason="needs Triton")
+triton_gpu = pytest.mark.gpu(triton=True)
 
 
 @pytest.fixture(autouse=True)
@@ -363,35 +364,33 @@ def test_metric_rows_pool_heads_and_layers_and_name_registered_keys():
 
 # ---------------------------------------------------------------- settings and the loop (CPU)
 
-TINY = tiny("model.n_layer=2", "train.max_steps=6", "train.eval_every=0", "train.log_every=4", "train.device=cpu",
-            "train.sample_tokens=2")
-
-
-def config(*overrides: str):
-    return compose_config(*TINY, *overrides)
+STATS_RUN = ("model.n_layer=2", "train.max_steps=6", "train.eval_every=0", "train.log_every=4", "train.device=cpu",
+             "train.sample_tokens=2")
 
 
 def test_settings_default_off_and_bad_values_are_one_line():
-    assert config().train.attn_stats == "off"
-    validate(config("train.attn_stats=every", "train.attn_stats_every=3", "train.attn_stats_per_head=true"))
-    validate(config("train.attn_stats=false"))  # YAML's bare `off`
+    assert compose_tiny(*STATS_RUN).train.attn_stats == "off"
+    validate(compose_tiny(*STATS_RUN, "train.attn_stats=every", "train.attn_stats_every=3",
+                          "train.attn_stats_per_head=true"))
+    validate(compose_tiny(*STATS_RUN, "train.attn_stats=false"))  # YAML's bare `off`
     with pytest.raises(ConfigError, match=r"^train.attn_stats must be one of every, off; got 'sometimes'$"):
-        validate(config("train.attn_stats=sometimes"))
+        validate(compose_tiny(*STATS_RUN, "train.attn_stats=sometimes"))
     with pytest.raises(ConfigError, match=r"^train.attn_stats_every must be an integer >= 1; got 0$"):
-        validate(config("train.attn_stats_every=0"))
+        validate(compose_tiny(*STATS_RUN, "train.attn_stats_every=0"))
     with pytest.raises(ConfigError, match=r"^train.attn_stats_pass must be one of auto, fused, separate"):
-        validate(config("train.attn_stats_pass=both"))
+        validate(compose_tiny(*STATS_RUN, "train.attn_stats_pass=both"))
 
 
 def test_the_pass_is_fused_at_every_step_and_separate_with_a_cadence():
-    assert config().train.attn_stats_pass == "auto"
-    passes = {(asked, every): validate(config("train.attn_stats=every", f"train.attn_stats_pass={asked}",
-                                              f"train.attn_stats_every={every}")).train.stats_pass
+    assert compose_tiny(*STATS_RUN).train.attn_stats_pass == "auto"
+    passes = {(asked, every): validate(compose_tiny(*STATS_RUN, "train.attn_stats=every",
+                                                    f"train.attn_stats_pass={asked}",
+                                                    f"train.attn_stats_every={every}")).train.stats_pass
               for asked in ("auto", "fused", "separate") for every in (1, 2, 10)}
     assert [passes["auto", every] for every in (1, 2, 10)] == ["fused", "separate", "separate"]
     assert passes["fused", 10] == "fused" and passes["separate", 1] == "separate"
     for every in (1, 3):  # off CUDA no layer takes the fused pass, whatever was asked
-        settings = validate(config("train.attn_stats=every", f"train.attn_stats_every={every}"))
+        settings = validate(compose_tiny(*STATS_RUN, "train.attn_stats=every", f"train.attn_stats_every={every}"))
         model = tiny_model()
         stats = attn_stats.from_config(settings.train, model)
         assert stats.every == every
@@ -405,7 +404,7 @@ def test_a_bare_or_quoted_yaml_value_reads_the_same(tmp_path, typed, read):
     """YAML reads a bare off as false and on as true: the settings hold every | off however it was written."""
     from omegaconf import OmegaConf
 
-    cfg = config()
+    cfg = compose_tiny(*STATS_RUN)
     cfg.train = OmegaConf.merge(cfg.train, OmegaConf.create(f"attn_stats: {typed}\n"))
     assert validate(cfg).train.attn_stats == read
     model = tiny_model()
@@ -420,7 +419,7 @@ def read_rows(run_dir: Path) -> list[dict]:
 def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
     from andrea_exp.training.loop import train
 
-    cfg = config("train.attn_stats=every", f"train.attn_stats_every={every}")
+    cfg = compose_tiny(*STATS_RUN, "train.attn_stats=every", f"train.attn_stats_every={every}")
     train(validate(cfg), tmp_path)
     rows = [r for r in read_rows(tmp_path) if K.TRAIN_LOSS in r]
     assert [r["step"] for r in rows] == list(range(6))
@@ -437,7 +436,7 @@ def test_the_loop_logs_the_statistics_of_due_steps(tmp_path, every):
 def test_the_loop_logs_no_statistics_when_off(tmp_path):
     from andrea_exp.training.loop import train
 
-    train(validate(config()), tmp_path)
+    train(validate(compose_tiny(*STATS_RUN)), tmp_path)
     assert not any(key.startswith("attn_step/") for r in read_rows(tmp_path) for key in r)
 
 
@@ -462,8 +461,8 @@ def train_steps(cfg, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
 def assert_same_training(*overrides: str, steps: int = 6) -> None:
     """attn_stats=off and =every from one seed: bitwise the same losses at every step and the same weights."""
     fast = ["train.lr=1e-2", "train.warmup_steps=0"]  # full steps from the first: a changed forward would show
-    off = train_steps(config(*fast, *overrides, "train.attn_stats=off"), steps)
-    every = train_steps(config(*fast, *overrides, "train.attn_stats=every"), steps)
+    off = train_steps(compose_tiny(*STATS_RUN, *fast, *overrides, "train.attn_stats=off"), steps)
+    every = train_steps(compose_tiny(*STATS_RUN, *fast, *overrides, "train.attn_stats=every"), steps)
     assert off[0] == every[0], f"losses off {off[0]} vs every {every[0]}"
     assert off[0][0] != off[0][-1]  # it trained
     for name, weight in off[1].items():
@@ -509,14 +508,12 @@ def kernel_grid():
         yield pytest.param(*param.values, id=param.id, marks=kernel_gpu)
 
 
-@needs_triton
 @pytest.mark.parametrize("T, d, causal, scaled, fill, dtype", list(kernel_grid()))
 def test_kernel_equals_the_explicit_pipeline(T, d, causal, scaled, fill, dtype):
     check_against_explicit(T, d, causal, scaled, fill, dtype, "triton", kernel_device())
 
 
 @kernel_gpu
-@needs_triton
 def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
     device = kernel_device()
     q, k = (t.to(device) for t in rising_keys())
@@ -529,7 +526,6 @@ def test_kernel_fails_if_the_mask_is_ignored_and_equals_the_torch_path():
 
 
 @kernel_gpu
-@needs_triton
 def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
     device = kernel_device()
     q, k = random_qk(130, 32, device=device)
@@ -551,7 +547,6 @@ def test_kernel_takes_strided_and_expanded_operands_and_one_hot_rows():
 
 
 @kernel_gpu
-@needs_triton
 def test_the_flag_turns_the_kernels_off():
     device = kernel_device()
     q, k = random_qk(64, 16, device=device)
@@ -567,17 +562,14 @@ def test_the_flag_turns_the_kernels_off():
         assert_close(out, head_stats_torch(q[:, :, :T], k[:, :, :T], 0.25, True), 2 * T)
 
 
-@kernel_gpu
-@needs_triton
-@pytest.mark.parametrize("case, dtype", ADVERSARIAL, ids=[f"{c}-{str(d).split('.')[-1]}" for c, d in ADVERSARIAL])
+@pytest.mark.parametrize("case, dtype", [
+    pytest.param(case, dtype, id=f"{case}-{str(dtype).split('.')[-1]}",
+                 marks=triton_gpu if dtype == torch.bfloat16 else kernel_gpu) for case, dtype in ADVERSARIAL])
 def test_kernel_max_probability_never_exceeds_one_on_adversarial_inputs(case, dtype):
     """The kernel's row max is kept on the raw q.k and z = (r - m) c, so the max key contributes exactly 1 (with
     s = r c and z = s - m, the compiler's fused multiply-add made the max key's z the rounding error of r c and
     rows of logits in the thousands reported max_prob 1.00008; see step_stats_kernel's docstring)."""
-    device = kernel_device()
-    if device == "cpu" and dtype == torch.bfloat16:
-        pytest.skip("Triton's interpreter has no bf16 arithmetic")
-    q, k, scale = adversarial_qk(case, dtype, device)
+    q, k, scale = adversarial_qk(case, dtype, kernel_device())
     for causal in (True, False):
         got = head_stats(q, k, scale=scale, causal=causal, impl="triton")
         assert_probabilities(got.cpu(), f"{case} {dtype} causal {causal}")
@@ -611,13 +603,12 @@ def fused_grid():
                 for scaled in (True, False):
                     for dtype in (torch.bfloat16, torch.float16):
                         for backward in ("flash", "cudnn") if T % 64 == 0 else ("flash",):  # cudnn_backward_fits
-                            yield pytest.param(T, d, causal, scaled, dtype, backward, marks=pytest.mark.gpu,
+                            yield pytest.param(T, d, causal, scaled, dtype, backward, marks=triton_gpu,
                                                id=f"T{T}-d{d}-{'causal' if causal else 'full'}-"
                                                   f"{'scaled' if scaled else 'unscaled'}-{str(dtype).split('.')[-1]}"
                                                   f"-{backward}")
 
 
-@needs_triton
 @pytest.mark.parametrize("T, d, causal, scaled, dtype, backward", list(fused_grid()))
 def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, causal, scaled, dtype, backward):
     """Output and gradients (through flash's or cuDNN's backward): no further from the float64 formula than SDPA's
@@ -652,8 +643,7 @@ def test_the_fused_pass_attends_as_sdpa_and_reads_the_explicit_statistics(T, d, 
         assert err(ours, ref) <= 3 * err(theirs, ref) + eps / 4 * size, f"{where} grad {name}"
 
 
-@pytest.mark.gpu
-@needs_triton
+@triton_gpu
 def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_off():
     q, k = (t.to("cuda", torch.bfloat16) for t in rising_keys())
     v = torch.randn_like(q)
@@ -668,15 +658,14 @@ def test_the_fused_pass_fails_if_the_mask_is_ignored_and_attends_with_the_flag_o
     assert torch.equal(off, out)  # the flag turns the statistics off, never the attention
 
 
-@pytest.mark.gpu
-@needs_triton
+@triton_gpu
 def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass():
     """Same seed, same batches: train.attn_stats_pass=fused (the attention from the fused kernel, gradients from
     flash's backward) and =separate (SDPA's forward, a statistics-only pass) give the same losses and statistics
     to bf16 rounding; only the fused model runs _attn_fwd_stats."""
     runs = {}
     for name in ("fused", "separate"):
-        cfg = gpu_config("train.cuda_graph=false", f"train.attn_stats_pass={name}")
+        cfg = compose_tiny(*GPU_RUN, "train.cuda_graph=false", f"train.attn_stats_pass={name}")
         from andrea_exp.training.cell import build_cell
 
         cell = build_cell(validate(cfg))
@@ -703,11 +692,9 @@ def test_fused_training_takes_the_fused_kernel_and_trains_as_the_separate_pass()
 
 # ---------------------------------------------------------------- a real training step on the GPU
 
+GPU_RUN = ("model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64", "data.train_sequences=256",
+           "train.max_steps=40", "train.precision=bf16", "train.attn_stats=every")
 
-def gpu_config(*overrides: str):
-    return compose_tiny("model.d_model=64", "model.n_layer=2", "model.block_size=64", "data.seq_len=64",
-                        "data.train_sequences=256", "train.max_steps=40", "train.precision=bf16",
-                        "train.attn_stats=every", *overrides)
 
 
 def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -730,13 +717,12 @@ def stats_of_steps(cfg, steps: int) -> tuple[list[torch.Tensor], list[torch.Tens
     return got, ref
 
 
-@pytest.mark.gpu
-@needs_triton
+@triton_gpu
 @pytest.mark.parametrize("mode", ["eager", "graphed", "graphed-compiled"])
 def test_training_steps_record_the_explicit_pipelines_values(mode):
     overrides = {"eager": ["train.cuda_graph=false"], "graphed": ["train.cuda_graph=true"],
                  "graphed-compiled": ["train.cuda_graph=true", "train.compile=true"]}[mode]
-    cfg = gpu_config(*overrides, "train.attn_stats_every=2")
+    cfg = compose_tiny(*GPU_RUN, *overrides, "train.attn_stats_every=2")
     got, ref = stats_of_steps(cfg, 10)
     for i in range(0, 10, 2):  # the due steps; the graph's replays after its capture included
         for li in range(len(got[i])):

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import compose_config, data_error_line
-from omegaconf import OmegaConf
+from conftest import compose_config, data_error_line, data_settings
 
 import andrea_exp.config.data_checks as checks_module
 from andrea_exp.config.data_checks import check_data
@@ -21,10 +20,9 @@ from andrea_exp.data.sources import Dataset, MarkovSource, Split, build_dataset,
 from andrea_exp.instruments.evaluate import evaluate
 
 
-def markov_cfg(**overrides):
-    base = dict(name="markov", seq_len=32, vocab_size=16, order=2, branching=4, concentration=0.5, table_seed=0,
-                train_sequences=256, eval_sequences=64, path=None)
-    return OmegaConf.create({**base, **overrides})
+def markov_cfg(**changes):
+    """The shipped chain (order 2, branching 4, concentration 0.5, 64 held-out sequences) at a test's size."""
+    return data_settings("markov", **{"seq_len": 32, "vocab_size": 16, "train_sequences": 256, **changes})
 
 
 def floor_by_hand(source: MarkovSource, tokens: torch.Tensor) -> float:
@@ -185,9 +183,9 @@ def test_batch_larger_than_the_training_set_is_refused():
         id_dataset(10).batch(0, 8, seed=0, rank=0, world_size=2)
 
 
-def text_cfg(path, **overrides):
-    base = dict(name="text", seq_len=16, vocab_size=256, path=str(path), train_sequences=50, eval_sequences=20)
-    return OmegaConf.create({**base, **overrides})
+def text_cfg(path, **changes):
+    return data_settings("text", **{"seq_len": 16, "path": str(path), "train_sequences": 50, "eval_sequences": 20,
+                                    **changes})
 
 
 TEXT = ("The quick brown fox jumps over the lazy dog, 0123456789. " * 4 + "naïve café ünïcode ✓ 日本語\n") * 20

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import compose_config, tiny
+from conftest import compose_tiny
 
 from andrea_exp.config.validation import validate
 from andrea_exp.data.epochs import epochs, repeat_line, repeats
@@ -38,14 +38,14 @@ def test_the_repeat_line_gives_the_numbers_and_is_silent_within_one_pass():
            "epochs" in line
 
 
-def test_a_dataset_counts_its_training_tokens():
-    cfg = compose_config(*tiny())
+def test_a_dataset_counts_its_training_tokens(tiny_config):
+    cfg = tiny_config
     data = build_dataset(cfg.data, cfg.data.seq_len, seed=0)
     assert data.train_tokens == TRAIN_TOKENS  # the built-in Markov source's split is finite: 64 windows x 16
 
 
-def test_held_in_windows_are_as_many_as_the_held_out_spread_over_the_training_split():
-    cfg = compose_config(*tiny())
+def test_held_in_windows_are_as_many_as_the_held_out_spread_over_the_training_split(tiny_config):
+    cfg = tiny_config
     data = build_dataset(cfg.data, cfg.data.seq_len, seed=0)
     held_in = data.held_in()
     assert held_in.shape == data.eval.tokens.shape  # 8 windows of 17 tokens
@@ -59,8 +59,7 @@ def _records(run_dir):
 
 @pytest.mark.parametrize("steps, warned", [(12, True), (8, False)])
 def test_a_run_records_its_epochs_and_warns_at_its_start_when_it_repeats(tmp_path, capsys, steps, warned):
-    cfg = compose_config(*tiny(f"train.max_steps={steps}", "train.eval_every=4", "train.device=cpu",
-                               "train.sample_tokens=2"))
+    cfg = compose_tiny(f"train.max_steps={steps}", "train.eval_every=4", "train.device=cpu", "train.sample_tokens=2")
     summary = train(validate(cfg), tmp_path)
     out = capsys.readouterr().out
     assert summary[K.DATA_TRAIN_TOKENS] == TRAIN_TOKENS
@@ -75,8 +74,7 @@ def test_a_run_records_its_epochs_and_warns_at_its_start_when_it_repeats(tmp_pat
 
 
 def test_every_evaluation_logs_the_training_split_loss_beside_the_held_out_one(tmp_path):
-    cfg = compose_config(*tiny("train.max_steps=8", "train.eval_every=4", "train.device=cpu",
-                               "train.sample_tokens=2"))
+    cfg = compose_tiny("train.max_steps=8", "train.eval_every=4", "train.device=cpu", "train.sample_tokens=2")
     train(validate(cfg), tmp_path)
     evals = [r for r in _records(tmp_path) if K.EVAL_LOSS_AS_TRAINED in r]
     assert [r["step"] for r in evals] == [0, 4, 8]  # evaluation at step 0 too

@@ -15,12 +15,10 @@ from andrea_exp.training.graphed_step import GraphedStep, use_cuda_graph
 from andrea_exp.training.runtime import setup_runtime
 
 ON = dict(device_type="cuda", world_size=1, dropout=0.0)
+STEP_RUN = ("model.d_model=64", "model.n_layer=2", "model.block_size=32", "data.seq_len=32", "data.train_sequences=256",
+            "train.max_steps=40", "train.warmup_steps=5", "train.grad_clip=0.05")
 
 
-def config(*overrides: str):
-    return compose_tiny("model.d_model=64", "model.n_layer=2", "model.block_size=32", "data.seq_len=32",
-                        "data.train_sequences=256", "train.max_steps=40", "train.warmup_steps=5",
-                        "train.grad_clip=0.05", *overrides)
 
 
 # ---------------------------------------------------------------- settings (CPU)
@@ -54,11 +52,11 @@ def test_bad_value_is_refused_in_one_line_by_the_settings(bad):
     from andrea_exp.config.validation import validate
 
     with pytest.raises(ConfigError, match=r"^train.cuda_graph must be one of auto, true, false; got [^\n]*$"):
-        validate(config(f"train.cuda_graph={bad}"))
+        validate(compose_tiny(*STEP_RUN, f"train.cuda_graph={bad}"))
 
 
 def test_cpu_run_stays_eager_under_auto_and_refuses_true():
-    cfg = config("train.device=cpu")
+    cfg = compose_tiny(*STEP_RUN, "train.device=cpu")
     rt = setup_runtime(cfg)
     model = build_model(cfg, 32)
     optimizer, scheduler = build_optimizer(model, cfg, rt.device)
@@ -74,10 +72,10 @@ def test_schema_refuses_a_bad_value_and_keeps_the_setting_operational():
     from andrea_exp.config.validation import validate
 
     assert not is_scientific("train.cuda_graph")
-    assert config().train.cuda_graph == "auto"
-    validate(config("train.cuda_graph=false"))
+    assert compose_tiny(*STEP_RUN).train.cuda_graph == "auto"
+    validate(compose_tiny(*STEP_RUN, "train.cuda_graph=false"))
     with pytest.raises(ConfigError, match=r"^train.cuda_graph must be one of auto, true, false; got 'sometimes'$"):
-        validate(config("train.cuda_graph=sometimes"))
+        validate(compose_tiny(*STEP_RUN, "train.cuda_graph=sometimes"))
 
 
 # ---------------------------------------------------------------- graphed = eager (GPU)
@@ -148,7 +146,7 @@ def assert_same(a, b) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_twenty_graphed_steps_equal_eager_steps(precision, deterministic):
-    cfg = config(f"train.precision={precision}")
+    cfg = compose_tiny(*STEP_RUN, f"train.precision={precision}")
     eager, graphed = Run(cfg, False).steps(0, 20), Run(cfg, True).steps(0, 20)
     assert any(gn > cfg.train.grad_clip for _, gn, _ in eager)  # clipping was active
     assert eager[0][2] < eager[6][2]  # so was the warm-up of the learning rate
@@ -159,7 +157,7 @@ def test_twenty_graphed_steps_equal_eager_steps(precision, deterministic):
 def test_graphed_compiled_steps_equal_eager_compiled_steps():
     """train.compile with the graph: the compiled model is captured after its eager warm-up compiled it.
     Compiled kernels are not bitwise reproducible between runs, so the bound is looser than TOL."""
-    cfg = config("train.compile=true", "train.precision=bf16", "train.cuda_graph=true")
+    cfg = compose_tiny(*STEP_RUN, "train.compile=true", "train.precision=bf16", "train.cuda_graph=true")
     eager, graphed = Run(cfg, False).steps(0, 12), Run(cfg, True).steps(0, 12)
     assert isinstance(Run(cfg, True).train_model, torch._dynamo.eval_frame.OptimizedModule)
     for i, ((la, ga, ra), (lb, gb, rb)) in enumerate(zip(eager, graphed)):
@@ -169,7 +167,7 @@ def test_graphed_compiled_steps_equal_eager_compiled_steps():
 @pytest.mark.gpu
 @pytest.mark.parametrize("first, second", [(False, True), (True, False), (True, True)])
 def test_resume_across_the_switch_equals_an_unbroken_run(first, second, deterministic):
-    cfg = config()
+    cfg = compose_tiny(*STEP_RUN)
     unbroken = Run(cfg, False).steps(0, 20)
     before = Run(cfg, first)
     head = before.steps(0, 10)
@@ -180,7 +178,7 @@ def test_resume_across_the_switch_equals_an_unbroken_run(first, second, determin
 
 @pytest.mark.gpu
 def test_a_failed_capture_under_auto_falls_back_to_eager_in_one_line(monkeypatch, deterministic):
-    cfg = config()
+    cfg = compose_tiny(*STEP_RUN)
     eager = Run(cfg, False).steps(0, 8)
     run, lines = Run(cfg, True), []
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from conftest import compose_config
 
 from andrea_exp.config.validation import ConfigError
 from andrea_exp.launch import mps
@@ -84,7 +84,7 @@ def test_a_sweep_starts_its_own_daemon_exports_it_and_stops_it(tmp_path: Path, m
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
     monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
-    config = OmegaConf.create({"mps": "auto", "cells_per_gpu": 3, "hydra": {"launcher": {"_target_": JOBLIB}}})
+    config = compose_config("hydra/launcher=local_gpus", "cells_per_gpu=3", "mps=auto", hydra=True)
 
     callback = mps.MpsCallback()
     callback.on_multirun_start(config)
@@ -141,7 +141,7 @@ def test_a_daemon_shared_by_several_sweeps_is_started_handed_on_and_stopped_from
 
 def test_mps_false_starts_nothing(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    config = OmegaConf.create({"mps": False, "cells_per_gpu": 3, "hydra": {"launcher": {"_target_": JOBLIB}}})
+    config = compose_config("hydra/launcher=local_gpus", "cells_per_gpu=3", "mps=false", hydra=True)
     callback = mps.MpsCallback()
     callback.on_multirun_start(config)
     assert callback.daemon is None

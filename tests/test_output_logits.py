@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import compose_config, tiny
+from conftest import compose_tiny
 
 from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.model.chunked_loss import OUTPUT_STATS, linear_cross_entropy, linear_cross_entropy_with_stats
@@ -129,8 +129,8 @@ def test_the_window_logs_the_output_stats_and_the_z_loss_term():
 
 def test_train_z_loss_must_be_a_finite_number_at_least_0():
     with pytest.raises(ConfigError, match=r"^train.z_loss must be a finite number >= 0; got -0.001$"):
-        validate(compose_config(*tiny(), "train.z_loss=-0.001"))
-    validate(compose_config(*tiny(), "train.z_loss=1e-4"))
+        validate(compose_tiny("train.z_loss=-0.001"))
+    validate(compose_tiny("train.z_loss=1e-4"))
 
 
 def test_every_training_step_logs_the_output_logits_and_z_loss_when_on(tmp_path):
@@ -139,7 +139,7 @@ def test_every_training_step_logs_the_output_logits_and_z_loss_when_on(tmp_path)
     for z_loss in (0.0, 1e-2):
         run_dir = tmp_path / f"z{z_loss}"
         run_dir.mkdir()
-        train(validate(compose_config(*tiny(*overrides), f"train.z_loss={z_loss}")), run_dir)
+        train(validate(compose_tiny(*overrides, f"train.z_loss={z_loss}")), run_dir)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         steps = [r for r in records if K.TRAIN_LOSS in r]
         assert [r["step"] for r in steps] == [0, 1, 2]

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+from conftest import data_settings
 
 from andrea_exp.data.references import NgramCounts, held_out_references
 from andrea_exp.data.sources import build_dataset, token_file_stretches
@@ -53,8 +53,7 @@ def test_a_deterministic_text_has_a_bigram_level_near_zero_and_a_unigram_level_n
 
 
 def test_markov_references_sit_between_the_floor_and_log_v():
-    cfg = OmegaConf.create(dict(name="markov", seq_len=32, vocab_size=16, order=2, branching=3, concentration=0.5,
-                                table_seed=0, train_sequences=2000, eval_sequences=32))
+    cfg = data_settings("markov", seq_len=32, vocab_size=16, branching=3, train_sequences=2000, eval_sequences=32)
     data = build_dataset(cfg, seq_len=32, seed=0)
     refs = data.references
     # an order-2 chain: the previous token alone cannot reach the floor, frequencies alone do no better
@@ -64,8 +63,7 @@ def test_markov_references_sit_between_the_floor_and_log_v():
 def test_text_references_are_measured_from_the_file(tmp_path):
     text = tmp_path / "t.txt"
     text.write_bytes(b"abab" * 2000)
-    cfg = OmegaConf.create(dict(name="text", path=str(text), seq_len=16, vocab_size=256, train_sequences=100,
-                                eval_sequences=8))
+    cfg = data_settings("text", path=str(text), seq_len=16, train_sequences=100, eval_sequences=8)
     refs = build_dataset(cfg, seq_len=16, seed=0).references
     assert refs["bigram"] < 0.01  # b always follows a, a always follows b
     # the first 90% (7200 bytes, 3600 of each) train: add-one over 256 byte values gives (3600 + 1) / (7200 + 256)

@@ -12,13 +12,10 @@ from andrea_exp.report.cells import TRAINING, group_experiments, study_axes
 from andrea_exp.report.runs import load_runs
 
 
-def resolved_config(overrides: list[str]) -> dict:
-    """The resolved config a run of the real conf/ gets from these overrides (Hydra's own compose API)."""
-    return OmegaConf.to_container(compose_config(*overrides), resolve=True)
-
-
-def write_run(run_dir: Path, config: dict) -> None:
-    """A finished run directory as the training loop leaves it (config in .hydra/ and in summary.json)."""
+def write_run(run_dir: Path, cfg) -> None:
+    """A finished run directory of the composed config CFG as the training loop leaves it (the resolved config in
+    .hydra/ and in summary.json)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(config))
     (run_dir / "summary.json").write_text(json.dumps({"run/status": "finished", "config": config}))
@@ -31,9 +28,9 @@ def test_a_sweep_over_weight_decay_splits_cells_by_weight_decay(tmp_path):
     job = 0
     for weight_decay in (0.0, 0.1, 0.3):
         for seed in (0, 1):
-            config = resolved_config(["name=wd_study", f"train.weight_decay={weight_decay}", f"seed={seed}",
-                                     f"probe.every={10 * (seed + 1)}", "logger.mode=disabled"])
-            write_run(tmp_path / "multirun" / "wd_study" / "2026-01-01_00-00-00" / str(job), config)
+            cfg = compose_config("name=wd_study", f"train.weight_decay={weight_decay}", f"seed={seed}",
+                                 f"probe.every={10 * (seed + 1)}", "logger.mode=disabled")
+            write_run(tmp_path / "multirun" / "wd_study" / "2026-01-01_00-00-00" / str(job), cfg)
             job += 1
     runs = load_runs([tmp_path])
     assert len(runs) == 6
@@ -48,8 +45,8 @@ def test_a_setting_that_differs_only_between_sweeps_tells_experiments_apart(tmp_
     # two sweeps of d_k, one at seq_len 32 and one at 64: d_k splits cells, seq_len splits experiments
     for seq_len in (32, 64):
         for job, d_k in enumerate((8, 16)):
-            config = resolved_config(["name=grid", f"data.seq_len={seq_len}", f"model.d_k={d_k}"])
-            write_run(tmp_path / f"sweep_{seq_len}" / str(job), config)
+            write_run(tmp_path / f"sweep_{seq_len}" / str(job),
+                      compose_config("name=grid", f"data.seq_len={seq_len}", f"model.d_k={d_k}"))
     runs = load_runs([tmp_path])
     assert study_axes(runs) == ["model.d_k"]
     experiments = group_experiments(runs)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config, tiny
+from conftest import compose_tiny, tiny
 
 from andrea_exp.config.validation import validate
 from andrea_exp.training import checkpoint
@@ -243,17 +243,13 @@ def test_a_model_of_another_shape_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- dropout: the random streams must be restored
 
-DROPOUT = tiny("train.max_steps=30", "train.warmup_steps=5", "train.eval_every=0", "train.ckpt_every=10",
-               "train.log_every=5", "train.device=cpu", "train.sample_tokens=2", "model.dropout=0.1")
+DROPOUT = ("train.max_steps=30", "train.warmup_steps=5", "train.eval_every=0", "train.ckpt_every=10",
+           "train.log_every=5", "train.device=cpu", "train.sample_tokens=2", "model.dropout=0.1")
 CRASH_AT = 20
 
 
 class Crash(Exception):
     """Stands for the process dying right after a checkpoint."""
-
-
-def dropout_config(*extra: str):
-    return compose_config(*DROPOUT, *extra)
 
 
 def train_losses(run_dir: Path) -> dict[int, float]:
@@ -265,7 +261,7 @@ def dropout_unbroken(tmp_path_factory) -> dict[int, float]:
     from andrea_exp.training.loop import train
 
     run_dir = tmp_path_factory.mktemp("dropout-unbroken")
-    train(validate(dropout_config()), run_dir)
+    train(validate(compose_tiny(*DROPOUT)), run_dir)
     return train_losses(run_dir)
 
 
@@ -285,10 +281,10 @@ def crash_then_resume(run_dir: Path, monkeypatch) -> dict[int, float]:
     with monkeypatch.context() as patch:
         patch.setattr(checkpoint, "save", save_then_crash)
         with pytest.raises(Crash):
-            train(validate(dropout_config()), run_dir)
+            train(validate(compose_tiny(*DROPOUT)), run_dir)
     assert max(train_losses(run_dir)) == CRASH_AT - 1
     torch.manual_seed(12345)  # the resumed process starts from other random streams than the crashed one had
-    train(validate(dropout_config("train.resume=true")), run_dir)
+    train(validate(compose_tiny(*DROPOUT, "train.resume=true")), run_dir)
     return train_losses(run_dir)
 
 
@@ -308,17 +304,16 @@ def test_without_the_random_streams_the_resumed_run_differs(dropout_unbroken, tm
     assert all(resumed[s] != dropout_unbroken[s] for s in range(CRASH_AT, 30))
 
 
-def test_resuming_a_cell_that_a_stopped_sweep_never_started_says_so(tmp_path, capsys):
+def test_resuming_a_cell_that_a_stopped_sweep_never_started_says_so(tmp_path, capsys, tiny_config):
     """A local sweep stopped by Ctrl-C records its unstarted cells as interrupted at step 0: resumed, each
     starts from step 0 and is called what it is, not a run whose checkpoint went missing."""
-    from omegaconf import OmegaConf
-
     from andrea_exp.runs.rundir import write_summary
     from andrea_exp.training.loop import load_resume_state
 
-    cfg = OmegaConf.create({"train": {"resume": True, "max_steps": 10}})
+    cfg = tiny_config
+    cfg.train.resume, cfg.train.max_steps = True, 10
     write_summary(tmp_path, {"run/status": "interrupted", "run/steps": 0,
                              "run/error": "not started: the sweep was stopped by SIGINT"}, cfg)
-    assert load_resume_state(cfg.train, tmp_path, {}, is_main=True) is None
+    assert load_resume_state(validate(cfg).train, tmp_path, {}, is_main=True) is None
     out = capsys.readouterr().out
     assert f"{tmp_path} never started; starting it from step 0" in out and "holds no checkpoint" not in out

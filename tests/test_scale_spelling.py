@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from andrea_exp.config.variants import canonical_scale
 from andrea_exp.runs import frame as runs
@@ -35,8 +34,9 @@ def test_names_and_the_sweep_table_spell_scale_one_way():
         "d_k=64 scale=none"
 
 
-def test_summaries_record_the_canonical_scale(tmp_path):
-    rundir.write_summary(tmp_path, {"run/status": "finished"}, OmegaConf.create({"model": {"scale": True}}))
+def test_summaries_record_the_canonical_scale(tmp_path, tiny_config):
+    tiny_config.model.scale = True  # as typed on the command line
+    rundir.write_summary(tmp_path, {"run/status": "finished"}, tiny_config)
     assert json.loads((tmp_path / "summary.json").read_text())["config"]["model"]["scale"] == "sqrt"
 
 
@@ -54,10 +54,9 @@ def test_the_runs_table_has_one_value_however_scale_was_typed(tmp_path):
     assert list(table["config.model.scale"]) == ["sqrt", "sqrt", "none", "none"]
 
 
-def test_a_checkpoint_that_recorded_true_resumes_as_sqrt(tmp_path):
-    cfg = OmegaConf.create({"model": {"scale": "sqrt", "d_k": 16}})
-    current = checkpoint.scientific_settings(cfg)
+def test_a_checkpoint_that_recorded_true_resumes_as_sqrt(tmp_path, tiny_config):
+    current = checkpoint.scientific_settings(tiny_config)
     assert current["model.scale"] == "sqrt"
-    checkpoint.check_settings({"model.scale": True, "model.d_k": 16}, current, tmp_path / "latest.pt")
-    with pytest.raises(checkpoint.CheckpointError, match="model.scale none -> sqrt"):
-        checkpoint.check_settings({"model.scale": False, "model.d_k": 16}, current, tmp_path / "latest.pt")
+    checkpoint.check_settings({**current, "model.scale": True}, current, tmp_path / "latest.pt")
+    with pytest.raises(checkpoint.CheckpointError, match=r"differ from the checkpoint \S+: model.scale none -> sqrt;"):
+        checkpoint.check_settings({**current, "model.scale": False}, current, tmp_path / "latest.pt")

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import compose_config, tiny
+from conftest import compose_tiny
 
 from andrea_exp.config import variants
 from andrea_exp.config.schema import ModelSchema
@@ -49,7 +49,7 @@ def test_the_model_caps_its_attention_logits_and_takes_the_explicit_path():
 ])
 def test_bad_values_are_refused_in_one_line(override, message):
     with pytest.raises(ConfigError, match=f"^{message}$"):
-        validate(compose_config(*tiny(), override))
+        validate(compose_tiny(override))
     key, value = override.removeprefix("model.").split("=")
     with pytest.raises(ConfigError, match=f"^{message}$"):  # a direct caller of the model's settings too
         ModelSchema(**TINY, **{key: float(value)})
@@ -59,10 +59,10 @@ def test_bad_values_are_refused_in_one_line(override, message):
 
 def test_soft_capping_is_refused_where_a_path_cannot_apply_it():
     with pytest.raises(ConfigError, match="^model.attn_impl=fused cannot apply logit_softcap to the scores"):
-        validate(compose_config(*tiny(), "model.logit_softcap=30", "model.attn_impl=fused"))
+        validate(compose_tiny("model.logit_softcap=30", "model.attn_impl=fused"))
     with pytest.raises(ConfigError, match="^train.attn_stats=every reads q and k alone, without logit_softcap"):
-        validate(compose_config(*tiny(), "model.logit_softcap=30", "train.attn_stats=every"))
-    validate(compose_config(*tiny(), "model.logit_softcap=30"))
+        validate(compose_tiny("model.logit_softcap=30", "train.attn_stats=every"))
+    validate(compose_tiny("model.logit_softcap=30"))
 
 
 # ---------------------------------------------------------------- sigma-reparam
@@ -148,4 +148,4 @@ def test_every_attention_path_takes_sigma_reparam_and_starts_as_the_plain_model(
 
 def test_sigma_reparam_is_refused_nowhere():
     for override in ("model.attn_impl=fused", "model.attn_impl=bilinear", "train.attn_stats=every"):
-        validate(compose_config(*tiny(), "model.sigma_reparam=true", override))
+        validate(compose_tiny("model.sigma_reparam=true", override))

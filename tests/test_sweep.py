@@ -42,11 +42,10 @@ def test_run_names_and_tags_come_from_the_cell_in_the_configs_words():
     task = ["experiment=claims_grid", "model.d_k=64,256", "train.max_steps=20", "model.causal=true,false"]
     assert swept_keys(task, {"model.scale": "true,false"}) == {"model.d_k", "model.causal", "model.scale"}
     assert run_name([("model.d_k", "8"), ("probe.d_k", "2")]) == "model.d_k=8 probe.d_k=2"  # ambiguous: kept whole
-    cfg = OmegaConf.create({"model": {"d_k": 64, "scale": False, "causal": True, "qk_init": "gpt2"},
-                            "train": {"lr": 0.01, "max_steps": 20}, "logger": {"mode": "offline"}, "seed": 2})
     # the overrides as a sweep's job records them: the preset's name, a scientific and an operational setting
     overrides = ["experiment=claims_grid", "model.scale=False", "model.qk_init=gpt2", "train.lr=1e-2", "seed=2",
                  "logger.mode=offline"]
+    cfg = compose_config(*overrides, "model.d_k=64", "train.max_steps=20")
     named = describe(cfg, overrides, sweep="claims_grid-2026-12-01_10-00-00", extra_tags=["mine"])
     assert named.run_name == "d_k=64 scale=none causal=true qk_init=gpt2 lr=0.01 seed=2"
     assert named.tags == ["d_k=64", "scale=none", "causal=true", "qk_init=gpt2", "lr=0.01", "seed=2",

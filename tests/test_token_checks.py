@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+from conftest import data_settings
 
 from andrea_exp.config.data_checks import check_data, wide_token_cause
 from andrea_exp.config.errors import ConfigError
@@ -23,8 +23,7 @@ def token_dir(tmp_path, dtype: str, train=IDS, val=IDS[:800]):
 
 
 def cfg(root, vocab_size=None):
-    return OmegaConf.create(dict(name="tokens", seq_len=T, vocab_size=vocab_size, path=str(root),
-                                 train_sequences=None, eval_sequences=5))
+    return data_settings("tokens", seq_len=T, vocab_size=vocab_size, path=str(root), eval_sequences=5)
 
 
 @pytest.mark.parametrize("dtype, cause", [

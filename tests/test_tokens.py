@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config, data_error_line
-from omegaconf import OmegaConf
+from conftest import compose_config, data_error_line, data_settings
 
 import andrea_exp.config.data_checks as checks_module
 from andrea_exp.config.data_checks import BINARY_SAMPLE, check_data
@@ -34,9 +33,9 @@ def corpus(tmp_path, n_train: int = 1000, n_val: int = 200, val=None) -> Path:
     return root
 
 
-def tokens_cfg(path, **overrides):
-    base = dict(name="tokens", seq_len=T, vocab_size=50257, path=str(path), train_sequences=None, eval_sequences=5)
-    return OmegaConf.create({**base, **overrides})
+def tokens_cfg(path, **changes):
+    return data_settings("tokens", **{"seq_len": T, "vocab_size": 50257, "path": str(path), "eval_sequences": 5,
+                                      **changes})
 
 
 def test_conf_file_composes_and_builds(tmp_path):

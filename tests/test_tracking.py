@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from andrea_exp.runs import tracking
 from andrea_exp.runs.tracking import Tracker, logged_in, resolve_mode
@@ -67,12 +67,21 @@ def clean_env(tmp_path, monkeypatch):
     tracking.finish_open_runs(failed=True)
 
 
-def make_cfg(mode="offline", **logger):
-    return OmegaConf.create({
-        "model": {"d_k": 16, "scale": "sqrt", "causal": False},
-        "logger": {"mode": mode, "project": "andrea-test", "entity": None, "group": None, "tags": ["t1"], **logger},
-        "seed": 0,
-    })
+@pytest.fixture
+def make_cfg(tiny_config):
+    """make_cfg(mode, **logger): the tiny preset as a logged run of a non-causal d_k 16 model, a new copy each call."""
+    tiny_config.model.d_k = 16
+    tiny_config.model.causal = False
+    tiny_config.logger.project = "andrea-test"
+    tiny_config.logger.tags = ["t1"]
+
+    def make(mode="offline", **logger):
+        cfg = copy.deepcopy(tiny_config)
+        cfg.logger.mode = mode
+        cfg.logger.merge_with(logger)
+        return cfg
+
+    return make
 
 
 def test_login_is_read_from_env_and_netrc_without_network(clean_env, tmp_path, monkeypatch):
@@ -93,7 +102,7 @@ def test_login_is_read_from_env_and_netrc_without_network(clean_env, tmp_path, m
     assert resolve_mode("offline")[0] == "offline"  # an explicit logger.mode wins over both
 
 
-def test_offline_run_has_conventions_history_images_and_summary(clean_env, tmp_path):
+def test_offline_run_has_conventions_history_images_and_summary(make_cfg, clean_env, tmp_path):
     run_dir = tmp_path / "sweepname" / "run7"
     run_dir.mkdir(parents=True)
     tracker = Tracker(run_dir, make_cfg(), enabled=True)
@@ -139,7 +148,7 @@ def test_offline_run_has_conventions_history_images_and_summary(clean_env, tmp_p
     assert run["config"]["model"]["causal"] is False
 
 
-def test_failed_run_is_marked_failed_and_an_unclosed_run_does_not_leak(clean_env, tmp_path):
+def test_failed_run_is_marked_failed_and_an_unclosed_run_does_not_leak(make_cfg, clean_env, tmp_path):
     first, second, third = (tmp_path / name for name in ("a", "b", "c"))
     for d in (first, second, third):
         d.mkdir()
@@ -159,7 +168,7 @@ def test_failed_run_is_marked_failed_and_an_unclosed_run_does_not_leak(clean_env
     assert "diverged" in read_run(offline_runs(third)[0])["run"]["tags"]
 
 
-def test_resume_reuses_the_stored_run_id(clean_env, tmp_path):
+def test_resume_reuses_the_stored_run_id(make_cfg, clean_env, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     tracker = Tracker(run_dir, make_cfg(), enabled=True)
@@ -174,7 +183,7 @@ def test_resume_reuses_the_stored_run_id(clean_env, tmp_path):
     fresh.finish({"run/status": "finished"})
 
 
-def test_online_without_login_falls_back_to_offline(clean_env, tmp_path, capsys):
+def test_online_without_login_falls_back_to_offline(make_cfg, clean_env, tmp_path, capsys):
     tracker = Tracker(tmp_path, make_cfg(mode="online"), enabled=True)
     assert tracker.wandb_run is not None and tracker.wandb_run.settings.mode == "offline"
     tracker.finish({"run/status": "finished"})
@@ -183,7 +192,7 @@ def test_online_without_login_falls_back_to_offline(clean_env, tmp_path, capsys)
     assert read_run(offline_runs(tmp_path)[0])["state"] == "finished"
 
 
-def test_disabled_and_non_main_ranks_write_no_wandb(clean_env, tmp_path):
+def test_disabled_and_non_main_ranks_write_no_wandb(make_cfg, clean_env, tmp_path):
     (tmp_path / "off").mkdir()
     (tmp_path / "rank1").mkdir()
     off = Tracker(tmp_path / "off", make_cfg(mode="disabled"), enabled=True)
@@ -197,15 +206,17 @@ def test_disabled_and_non_main_ranks_write_no_wandb(clean_env, tmp_path):
     assert list((tmp_path / "rank1").iterdir()) == []
 
 
-def tiny_cfg(**train):
+def short_run(make_cfg, **train):
+    """A 3-step run at lr 0.001 with TRAIN's changes."""
     cfg = make_cfg()
-    cfg.train = {"lr": 0.001, "max_steps": 3, **train}
+    cfg.train.merge_with({"lr": 0.001, "max_steps": 3, **train})
     return cfg
 
 
-def test_seeds_of_one_cell_share_a_group_and_two_cells_never_do(clean_env, tmp_path):
+def test_seeds_of_one_cell_share_a_group_and_two_cells_never_do(make_cfg, clean_env, tmp_path):
     groups = {}
-    for name, cfg in (("seed0", tiny_cfg()), ("seed1", tiny_cfg()), ("lr", tiny_cfg(lr=0.01))):
+    for name, cfg in (("seed0", short_run(make_cfg)), ("seed1", short_run(make_cfg)),
+                      ("lr", short_run(make_cfg, lr=0.01))):
         if name == "seed1":
             cfg.seed = 1
         (tmp_path / name).mkdir()
@@ -215,11 +226,11 @@ def test_seeds_of_one_cell_share_a_group_and_two_cells_never_do(clean_env, tmp_p
     assert groups["lr"] != groups["seed0"]  # another learning rate is another cell, named or not
     probe_only = tmp_path / "probe"
     probe_only.mkdir()
-    Tracker(probe_only, tiny_cfg(max_steps=0), enabled=True).finish({"run/status": "finished"})
+    Tracker(probe_only, short_run(make_cfg, max_steps=0), enabled=True).finish({"run/status": "finished"})
     assert read_run(offline_runs(probe_only)[0])["run"]["job_type"] == "probe"
 
 
-def test_layers_and_constants_leave_the_charts_and_the_best_loss_stays_in_the_summary(clean_env, tmp_path):
+def test_layers_and_constants_leave_the_charts_and_the_best_loss_stays_in_the_summary(make_cfg, clean_env, tmp_path):
     tracker = Tracker(tmp_path, make_cfg(), enabled=True)
     for step, loss in ((0, 3.0), (5, 2.0), (10, 2.5)):
         tracker.log({"train/loss": loss, "attn/entropy": 1.0, "attn/L0/entropy": 0.9, "attn/L1/entropy": 1.1,

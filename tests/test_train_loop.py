@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, probe_settings, tiny
+from conftest import compose_tiny, probe_settings
 
 from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.runs import metric_keys as K
@@ -22,12 +22,7 @@ from andrea_exp.training.logwindow import LogWindow
 from andrea_exp.training.loop import DivergenceWatch, LoopState, probe_due, train
 from andrea_exp.training.runtime import Runtime, setup_runtime
 
-TINY = tiny("train.max_steps=4", "train.eval_every=0", "train.log_every=2", "train.device=cpu",
-            "train.sample_tokens=2")
-
-
-def config(*overrides: str):
-    return compose_config(*TINY, *overrides)
+LOOP = ("train.max_steps=4", "train.eval_every=0", "train.log_every=2", "train.device=cpu", "train.sample_tokens=2")
 
 
 # ---------------------------------------------------------------- probe cadence
@@ -108,7 +103,7 @@ def test_loop_state_round_trip_keeps_records_only_at_its_step():
 
 
 def test_settings_hold_scientific_keys_only():
-    settings = checkpoint.scientific_settings(config("model.d_k=8"))
+    settings = checkpoint.scientific_settings(compose_tiny(*LOOP, "model.d_k=8"))
     assert settings["model.d_k"] == 8 and settings["train.lr"] == 3.0e-3
     for operational in ("seed", "logger.mode", "train.device", "train.eval_every", "probe.every", "train.resume",
                         "train.progress", "train.progress_every", "train.keep_checkpoints"):
@@ -173,15 +168,15 @@ def test_git_facts_in_and_outside_a_checkout(tmp_path):
 
 def test_fp16_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^train.precision=fp16 is refused: .*use bf16") as err:
-        setup_runtime(config("train.precision=fp16"))
+        setup_runtime(compose_tiny(*LOOP, "train.precision=fp16"))
     assert "\n" not in str(err.value)
 
 
 def test_bf16_autocast_on_cpu_trains_and_differs_from_fp32(tmp_path):
     for name in ("fp32", "bf16"):
         (tmp_path / name).mkdir()
-    fp32 = train(validate(config("train.precision=fp32")), tmp_path / "fp32")
-    bf16 = train(validate(config("train.precision=bf16")), tmp_path / "bf16")
+    fp32 = train(validate(compose_tiny(*LOOP, "train.precision=fp32")), tmp_path / "fp32")
+    bf16 = train(validate(compose_tiny(*LOOP, "train.precision=bf16")), tmp_path / "bf16")
     assert fp32[K.RUN_STATUS] == bf16[K.RUN_STATUS] == "finished" and bf16[K.RUN_STEPS] == 4
     assert math.isfinite(bf16[K.TRAIN_LOSS]) and math.isfinite(bf16[K.EVAL_LOSS_AS_TRAINED])
     assert bf16[K.TRAIN_LOSS] != fp32[K.TRAIN_LOSS]  # autocast took effect: bfloat16 matmuls round differently
@@ -234,8 +229,8 @@ def test_code_sha_names_the_source_whatever_git_says(tmp_path):
 def test_the_summary_says_where_the_loop_time_went(tmp_path):
     """Probes at steps 0 and 2, evaluations at 2, a checkpoint every 2: each phase took time, and the steps plus
     the phases inside the loop make up the loop's wall time."""
-    summary = train(validate(config("probe.every=2", "probe.maps_every=0", "train.eval_every=2", "train.ckpt_every=2")),
-                    tmp_path)
+    cfg = compose_tiny(*LOOP, "probe.every=2", "probe.maps_every=0", "train.eval_every=2", "train.ckpt_every=2")
+    summary = train(validate(cfg), tmp_path)
     t = {phase: summary[key] for phase, key in K.RUN_TIME.items()}
     assert all(t[p] > 0 for p in ("setup", "steps", "probes", "evals", "checkpoints", "end")), t
     assert t["maps"] == 0
@@ -249,7 +244,7 @@ def test_the_summary_says_where_the_loop_time_went(tmp_path):
 def test_evaluation_starts_at_step_0_and_the_last_step_has_an_attention_map(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    cfg = config("train.max_steps=3", "train.eval_every=2", "probe.every=2", "probe.maps_every=100")
+    cfg = compose_tiny(*LOOP, "train.max_steps=3", "train.eval_every=2", "probe.every=2", "probe.maps_every=100")
     summary = train(validate(cfg), run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r[K.EVAL_LOSS_AS_TRAINED]) for r in records if K.EVAL_LOSS_AS_TRAINED in r]

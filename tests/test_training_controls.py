@@ -12,20 +12,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config, probe_settings, tiny
+from conftest import compose_tiny, probe_settings
 
 from andrea_exp.config.validation import validate
 from andrea_exp.runs.rundir import read_metrics
 from andrea_exp.training.loop import train
 
-TINY = tiny("train.device=cpu", "model.d_model=16", "model.n_head=2", "model.d_k=8", "model.d_v=8",
-            "model.block_size=8", "data.seq_len=8", "data.eval_sequences=4", "train.batch_size=4",
-            "train.eval_every=0", "train.sample_tokens=2")
+SMALLER = ("train.device=cpu", "model.d_model=16", "model.n_head=2", "model.d_k=8", "model.d_v=8", "model.block_size=8",
+           "data.seq_len=8", "data.eval_sequences=4", "train.batch_size=4", "train.eval_every=0",
+           "train.sample_tokens=2")
 
 
 def run(tmp_path: Path, *overrides: str) -> tuple[dict[int, dict], Path]:
-    """Train with TINY + overrides; return {step: every train/* and grad/* value logged at that step}, run dir."""
-    cfg = compose_config(*TINY, *overrides)
+    """Train the tiny preset with SMALLER and OVERRIDES; return {step: every train/* and grad/* value logged at that
+    step}, run dir."""
+    cfg = compose_tiny(*SMALLER, *overrides)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     summary = train(validate(cfg), run_dir)
@@ -159,7 +160,7 @@ def test_a_resume_from_a_state_without_a_streak_starts_at_zero():
 def test_adam_betas_and_weight_decay_come_from_the_settings():
     from andrea_exp.training.cell import build_model, build_optimizer
 
-    cfg = compose_config(*TINY, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3")
+    cfg = compose_tiny(*SMALLER, "train.beta1=0.8", "train.beta2=0.95", "train.weight_decay=0.3")
     optimizer, _ = build_optimizer(build_model(cfg, vocab_size=16), cfg, torch.device("cpu"))
     assert all(group["betas"] == (0.8, 0.95) for group in optimizer.param_groups)
     assert sorted({group["weight_decay"] for group in optimizer.param_groups}) == [0.0, 0.3]

@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 from omegaconf import OmegaConf
 
 from andrea_exp.config import variants
-from andrea_exp.config.schema import CONF_DIR, SETTINGS, ModelSchema
+from andrea_exp.config.schema import SETTINGS, ModelSchema
 from andrea_exp.config.validation import ConfigError, validate
 from andrea_exp.model.decoder import Andrea, ModelConfig
 from andrea_exp.training.cell import build_model
@@ -19,14 +19,9 @@ from andrea_exp.training.cell import build_model
 TINY = dict(vocab_size=12, d_model=32, n_layer=1, n_head=2, d_k=8, d_v=8, block_size=16)
 
 
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
 def test_the_model_is_built_from_the_schemas_own_dataclass():
     assert ModelConfig is ModelSchema
-    cfg = composed("model=andrea_tiny")
+    cfg = compose_config("model=andrea_tiny")
     assert OmegaConf.get_type(cfg.model) is ModelSchema
     model = build_model(cfg, vocab_size=32)
     assert type(model.cfg) is ModelSchema and model.cfg.vocab_size == 32 and model.cfg.d_k == cfg.model.d_k
@@ -59,7 +54,7 @@ BAD = [("d_k", 0, "model.d_k must be an integer >= 1"),
 def test_every_model_rule_is_refused_on_construction_and_by_validate(key, value, message):
     with pytest.raises(ConfigError, match=f"^{message}"):
         ModelSchema(**{**TINY, key: value})
-    cfg = composed("model=andrea_tiny")
+    cfg = compose_config("model=andrea_tiny")
     cfg.model[key] = value
     with pytest.raises(ConfigError, match=f"^{message}"):
         validate(cfg)
@@ -69,7 +64,7 @@ def test_the_rules_across_the_variants_settings_are_checked_both_ways():
     with pytest.raises(ConfigError, match=r"^model.attn_impl=bilinear needs model.qk_layernorm=false"):
         ModelSchema(**TINY, attn_impl="bilinear", qk_layernorm=True)
     with pytest.raises(ConfigError, match=r"^model.attn_impl=bilinear needs model.qk_layernorm=false"):
-        validate(composed("model.attn_impl=bilinear", "model.qk_layernorm=true"))
+        validate(compose_config("model.attn_impl=bilinear", "model.qk_layernorm=true"))
 
 
 def test_the_schema_and_the_model_read_the_registry():
@@ -112,7 +107,7 @@ def test_soft_capping_is_the_one_transform_registered_and_no_preset_turns_it_on(
     assert list(variants.SCORE_TRANSFORMS) == ["logit_softcap"]
     assert variants.score_transforms(ModelSchema(**TINY)) == ()
     for preset in ("andrea_tiny", "andrea_small", "andrea_120m"):
-        assert variants.transforms_on(composed(f"model={preset}").model) == []
+        assert variants.transforms_on(compose_config(f"model={preset}").model) == []
 
 
 def test_a_transform_is_applied_to_the_scaled_scores_before_the_mask():

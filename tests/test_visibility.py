@@ -149,7 +149,6 @@ if triton is not None:
 
 
 @pytest.mark.gpu(triton_interpreter=True)
-@pytest.mark.skipif(triton is None, reason="needs Triton")
 @pytest.mark.parametrize("block_m, block_n", BLOCKS)
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_kernels_own_key_ranges_follow_the_rule(block_m, block_n, causal):
