@@ -3,13 +3,13 @@ states, every cell of it composes and passes validate, and the script's stages a
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
 from conftest import compose_config
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf, open_dict
 
 from andrea_exp.config.validation import validate
 
@@ -43,10 +43,8 @@ def test_every_cell_composes_and_validates():
     for (fix, d_k), rest in by_place.items():
         cfg = compose_config("experiment=stability_fixes", f"fix={fix}", f"model.d_k={d_k}")
         for values in rest:
-            one = OmegaConf.create(OmegaConf.to_container(cfg))
-            with open_dict(one):
-                one.train.lr = float(values["train.lr"])
-                one.seed = int(values["seed"])
+            one = copy.deepcopy(cfg)  # the composed, schema-typed settings, one cell's values set on a copy
+            one.train.lr, one.seed = float(values["train.lr"]), int(values["seed"])
             settings = validate(one)
             assert settings.model.d_k == int(d_k) and settings.train.lr == float(values["train.lr"])
             checked += 1
