@@ -125,7 +125,8 @@ def compact(places: list[Place]) -> str:
         groups.setdefault(rest, []).append(p.where[merge])
     parts = []
     for rest, values in groups.items():
-        values = sorted(set(map(fmt, values)), key=lambda v: (PHASE_ORDER.get(v, -1), sort_key(_number(v))))
+        # the text breaks ties ("0.0005" and "best 0.0005"): a set's order changes with the process's string hashes
+        values = sorted(set(map(fmt, values)), key=lambda v: (PHASE_ORDER.get(v, -1), sort_key(_number(v)), v))
         head = f"{merge} {', '.join(values)}"
         parts.append(f"{head} ({rest})" if rest else head)
     return "; ".join(parts)
