@@ -14,6 +14,7 @@ import pytest
 from andrea_exp.config.schema import CONF_DIR
 from andrea_exp.config.validation import command_line_error
 from andrea_exp.report import __main__ as report_cli
+from andrea_exp.report import markdown as report_markdown  # main() imports write_report from it when it runs
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 ENV.pop("HYDRA_FULL_ERROR", None)
@@ -53,7 +54,7 @@ def written(monkeypatch) -> list[Path]:
         (Path(out) / "report.md").write_text("# report\n")
         return Path(out) / "report.md"
 
-    monkeypatch.setattr(report_cli, "write_report", write_report)
+    monkeypatch.setattr(report_markdown, "write_report", write_report)
     return outs
 
 
@@ -88,7 +89,7 @@ def test_andrea_report_that_fails_to_write_is_one_line(tmp_path, monkeypatch):
     def full_disk(roots, out, argv, machine, notes):
         raise OSError(28, "No space left on device", str(Path(out) / "figures" / "c1.png"))
 
-    monkeypatch.setattr(report_cli, "write_report", full_disk)
+    monkeypatch.setattr(report_markdown, "write_report", full_disk)
     (tmp_path / "sweep").mkdir()
     with pytest.raises(SystemExit) as ended:
         report_cli.main([str(tmp_path / "sweep"), "--out", str(tmp_path / "out")])

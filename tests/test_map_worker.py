@@ -15,7 +15,7 @@ from andrea_exp.instruments import map_worker
 from andrea_exp.instruments.probe import Probe
 from andrea_exp.model.decoder import Andrea, ModelConfig
 from andrea_exp.runs.tracking import Tracker
-from tests.test_tracking import clean_env, make_cfg, offline_runs, read_run  # noqa: F401 (clean_env: a fixture)
+from tests.test_tracking import clean_env, make_cfg, offline_runs, read_run  # noqa: F401 (clean_env, make_cfg: fixtures)
 
 PROBE_CFG = probe_settings(every=1, batch_size=4, maps_every=1, maps_heads=2, per_head=False)
 
@@ -65,7 +65,7 @@ def test_a_failed_drawing_is_reported_at_the_wait_and_the_process_goes_on(tmp_pa
     assert all(p.is_file() for p in good.wait().values())
 
 
-def test_the_tracker_logs_pending_maps_to_wandb_when_the_run_ends(clean_env, tmp_path, drawer):  # noqa: F811
+def test_the_tracker_logs_pending_maps_to_wandb_when_the_run_ends(clean_env, make_cfg, tmp_path, drawer):  # noqa: F811
     tracker = Tracker(tmp_path, make_cfg(), enabled=True)
     probe = tiny_probe(tmp_path, drawer)
     tracker.log({"train/loss": 1.0}, 0)
@@ -81,7 +81,7 @@ def test_the_tracker_logs_pending_maps_to_wandb_when_the_run_ends(clean_env, tmp
                               (3, "attn_map/L0._type"), (3, "attn_map/L2._type")]
 
 
-def test_a_failed_drawing_costs_the_maps_not_the_run(clean_env, tmp_path, drawer, capsys):  # noqa: F811
+def test_a_failed_drawing_costs_the_maps_not_the_run(clean_env, make_cfg, tmp_path, drawer, capsys):  # noqa: F811
     tracker = Tracker(tmp_path, make_cfg(), enabled=True)
     tracker.log_images(drawer.submit(tmp_path / "missing.npz", [("L0", str(tmp_path / "x.png"), "t")]), 0)
     tracker.finish({"run/status": "finished", "run/steps": 0})
