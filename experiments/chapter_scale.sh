@@ -22,17 +22,10 @@ SWEEPS=${SWEEPS:-multirun/chapter_scale}
 RESULTS=${RESULTS:-experiments/results/chapter_scale}
 CORPUS=${CORPUS:-debian-docs}
 TOKENS=${TOKENS:-corpora/debian-docs-bpe}
-py=${PYTHON:-python3}
-# shellcheck disable=SC2206
-EXTRA_ARGS=(${EXTRA:-})
 STAGES="prepare calibrate runs runs4096 small reference report"
-for name in "$@"; do
-  case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
-done
-mkdir -p "$SWEEPS"
-
 # shellcheck source=experiments/stages.sh
 . "$(dirname "$0")/stages.sh"
+check_stages "$@"
 
 sweep() {  # sweep NAME [overrides...]: a stage on the prepared tokens (stages.sh)
   local name=$1

@@ -14,18 +14,11 @@ set -u
 SWEEPS=${SWEEPS:-multirun/stability_fixes}
 RESULTS=${RESULTS:-experiments/results/stability_fixes}
 PAR=${CELLS_PER_GPU:-16}
-py=${PYTHON:-python3}
-# shellcheck disable=SC2206
-EXTRA_ARGS=(${EXTRA:-})
 FIXES="sqrt none inv qk_layernorm inv_qk_layernorm inv_qk_layernorm_z_loss softcap sigma_reparam"
 STAGES="$FIXES report"
-for name in "$@"; do
-  case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
-done
-mkdir -p "$SWEEPS"
-
 # shellcheck source=experiments/stages.sh
 . "$(dirname "$0")/stages.sh"
+check_stages "$@"
 
 sweep() {  # sweep FIX: the preset's grid at one fix, a stage (stages.sh)
   run_stage "$1" "experiment=stability_fixes fix=$1 ${EXTRA_ARGS[*]}" experiment=stability_fixes "fix=$1" \

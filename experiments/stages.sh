@@ -3,7 +3,20 @@
 # cell finished (or diverged) leaves $SWEEPS/NAME.done holding its KEY and is skipped while the key is the same;
 # one that stopped part way runs again with train.resume=true (finished runs are left as they are, the others
 # continue from their last checkpoint). Each stage's wall time is appended to $SWEEPS/stages.tsv (stage,
-# seconds, exit status, UTC end), one line a session. The caller sets SWEEPS and py.
+# seconds, exit status, UTC end), one line a session. The caller sets SWEEPS and STAGES before sourcing this;
+# EXTRA="k=v ..." is added to every stage, PYTHON picks the interpreter.
+
+py=${PYTHON:-python3}
+# shellcheck disable=SC2206
+EXTRA_ARGS=(${EXTRA:-})
+
+check_stages() {  # check_stages NAME...: every name a stage of $STAGES, refused before any stage runs
+  local name
+  for name in "$@"; do
+    case " $STAGES " in *" $name "*) ;; *) echo "unknown stage: $name ($STAGES)" >&2; exit 2 ;; esac
+  done
+  mkdir -p "$SWEEPS"
+}
 
 run_stage() {  # run_stage NAME KEY OVERRIDE...: KEY is what makes the stage the same stage (its command)
   local name=$1 key=$2 resume=() t0 rc
