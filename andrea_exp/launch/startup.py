@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 
+from andrea_exp.training.signals import START_UP
+
 STARTUP = "interrupted by SIGINT during start-up, before the first training step; nothing was trained"
 
 
@@ -20,7 +22,10 @@ def interrupted_at_start_up() -> None:
 
 @contextlib.contextmanager
 def start_up_guard():
-    """An interrupt inside the block (the imports of torch and Hydra) ends the command as one line."""
+    """An interrupt inside the block (the imports of torch and Hydra) ends the command as one line; from here on
+    every SIGINT before the first training step is recorded (training.signals.START_UP), even one a library
+    swallows while it loads."""
+    START_UP.install()
     try:
         yield
     except KeyboardInterrupt:

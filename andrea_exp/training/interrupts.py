@@ -14,7 +14,7 @@ import torch.distributed as dist
 from andrea_exp.runs import metric_keys as K
 from andrea_exp.training import sweep_stop
 from andrea_exp.training.runtime import Runtime
-from andrea_exp.training.signals import FirstSignal
+from andrea_exp.training.signals import START_UP, FirstSignal
 from andrea_exp.training.time_limit import TIME_LIMIT, TIMEOUT_STATUS, status_of
 
 
@@ -50,6 +50,9 @@ class StopRequest(FirstSignal):
 
     def __enter__(self) -> StopRequest:
         global _active, loops_begun
+        if loops_begun == 0 and START_UP.seen:  # a Ctrl-C during start-up that something swallowed: not trained
+            START_UP.seen = 0
+            raise KeyboardInterrupt
         loops_begun += 1
         # the sweep running here (or this sweep worker) was stopped, or the SLURM job's time is nearly up, during
         # this cell's set-up

@@ -37,3 +37,26 @@ class FirstSignal:
 
     def on_signal(self, signum: int) -> None:
         """What else the first signal does (nothing here)."""
+
+
+class StartUpInterrupts:
+    """SIGINTs that reach the command before its first training step. The command's entry installs `handle` for
+    SIGINT (Python's own handler, plus a record): an interrupt raises KeyboardInterrupt as always, and one that a
+    library swallowed while it loaded is still known when the first training loop begins, which then stops
+    before its first step instead of training on."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def install(self) -> None:
+        self.seen = 0  # a new command
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self.handle)
+
+    def handle(self, signum, frame) -> None:
+        self.seen += 1
+        raise KeyboardInterrupt
+
+
+START_UP = StartUpInterrupts()
