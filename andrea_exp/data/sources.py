@@ -17,6 +17,8 @@ a directory, binary, too small) before any expensive work and says so in one lin
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -274,8 +276,33 @@ def references_of(train_sequences, held_out: torch.Tensor, vocab_size: int) -> d
     return held_out_references(counts, held_out.cpu().numpy())
 
 
+_LAST_BUILT: tuple[str, Dataset] | None = None  # this process's last dataset, as built (on the CPU)
+
+
 def build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
-    """cfg is the `data` config group."""
+    """cfg is the `data` config group. A process keeps the last dataset it built: the cells of a sweep that share
+    their data settings and seed (the default launcher trains them one after another in one process) build it
+    once. Each call gets its own Dataset and Splits over the same CPU tensors, so moving one to a device
+    (Dataset.to rebinds them) leaves the kept one as it was."""
+    global _LAST_BUILT
+    key = repr((cfg, seq_len, seed, _files_stamp(getattr(cfg, "path", None))))
+    if _LAST_BUILT is None or _LAST_BUILT[0] != key:
+        _LAST_BUILT = (key, _build_dataset(cfg, seq_len, seed))
+    built = _LAST_BUILT[1]
+    return dataclasses.replace(built, train=copy.copy(built.train), eval=copy.copy(built.eval), _perm=None)
+
+
+def _files_stamp(path) -> tuple:
+    """What the files under data.path are now (name, size, modification time): a dataset built from other
+    contents is not the one kept."""
+    if path is None:
+        return ()
+    root = Path(str(path)).expanduser()
+    files = sorted(root.iterdir()) if root.is_dir() else [root]
+    return tuple((f.name, st.st_size, st.st_mtime_ns) for f in files if f.is_file() for st in [f.stat()])
+
+
+def _build_dataset(cfg, seq_len: int, seed: int) -> Dataset:
     if cfg.name == "markov":
         source = MarkovSource(cfg.vocab_size, cfg.order, cfg.branching, cfg.concentration, cfg.table_seed)
         # two seed streams that cannot meet: a pair for training, a single number for the held-out set,
