@@ -38,6 +38,11 @@ def output_stats(logits: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     return torch.stack([lse.sum(), lse.max(), torch.maximum(-low, high), lse.square().sum()])
 
 
+def summarise(stats: torch.Tensor, n: int) -> torch.Tensor:
+    """(chunks, 4) output_stats of n rows in all -> (4,) in OUTPUT_STATS order: the sums made means, the maxima kept."""
+    return torch.stack([stats[:, 0].sum() / n, stats[:, 1].amax(), stats[:, 2].amax(), stats[:, 3].sum() / n])
+
+
 def chunk_step(xc, tc, weight, vocab, n: int, acc: torch.dtype, with_grad: bool, z_loss: float = 0.0):
     """One chunk of rows: (sum of its losses, its output_stats, d mean-loss / d its logits in xc's dtype, or None).
     z_loss > 0 adds z_loss * log Z^2 to each row's loss."""
@@ -95,8 +100,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     del g  # the next chunk's logits can take its memory
         if with_grad:
             ctx.save_for_backward(grad_x, grad_w.to(weight.dtype))
-        stats = torch.stack(stats)  # (chunks, 4)
-        summary = torch.stack([stats[:, 0].sum() / n, stats[:, 1].amax(), stats[:, 2].amax(), stats[:, 3].sum() / n])
+        summary = summarise(torch.stack(stats), n)  # (4,) from (chunks, 4)
         ctx.mark_non_differentiable(summary)
         return total / n, summary
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from andrea_exp.config.schema import ModelSchema
 from andrea_exp.config.variants import normalize_mask_fill, score_transforms
 from andrea_exp.model.attention import HEAD_MAJOR, PATHS, Mask
-from andrea_exp.model.chunked_loss import OUTPUT_STATS, linear_cross_entropy_with_stats, output_stats
+from andrea_exp.model.chunked_loss import OUTPUT_STATS, linear_cross_entropy_with_stats, output_stats, summarise
 from andrea_exp.model.head_gemms import head_projection
 from andrea_exp.model.sigma_reparam import reparametrize
 from andrea_exp.model.step_stats import LayerStats
@@ -217,12 +217,11 @@ class Andrea(nn.Module):
         if targets is not None:
             flat = logits.float().view(-1, logits.size(-1))  # (B*T, V)
             loss = F.cross_entropy(flat, targets.reshape(-1))
-            lse = torch.logsumexp(flat, dim=-1) if z_loss or self.training else None  # (B*T,)
-            if z_loss:
-                loss = loss + z_loss * lse.square().mean()
-            if self.training:
-                sums = output_stats(flat, lse)  # (4,)
-                self._keep_out_stats(torch.stack([sums[0] / lse.numel(), sums[1], sums[2], sums[3] / lse.numel()]))
+            if self.training:  # z_loss is 0 outside training
+                lse = torch.logsumexp(flat, dim=-1)  # (B*T,)
+                if z_loss:
+                    loss = loss + z_loss * lse.square().mean()
+                self._keep_out_stats(summarise(output_stats(flat, lse)[None], lse.numel()))  # (4,)
         return logits, loss
 
     def _keep_out_stats(self, stats: torch.Tensor) -> None:
