@@ -159,9 +159,9 @@ class Probe:
                 for name in patterns]
         if self.drawer is not None:
             return self.drawer.submit(arrays, maps)
-        from andrea_exp.instruments.maps import save_attention_maps  # matplotlib: only where a run draws itself
+        from andrea_exp.instruments.maps import draw_arrays  # matplotlib: only where a run draws itself
 
-        return {f"attn_map/{name}": save_attention_maps(patterns[name], Path(png), title) for name, png, title in maps}
+        return {f"attn_map/{name}": png for name, png in draw_arrays(arrays, maps).items()}  # as the drawer would
 
 
 # ---- parameter groups: which parameters each grad/... norm covers ------------------------------------------
