@@ -4,7 +4,9 @@ a name."""
 
 from __future__ import annotations
 
-from andrea_exp.report.cells import Cell
+from collections.abc import Callable
+
+from andrea_exp.report.cells import LR, Cell
 
 
 def fix_label(cell: Cell) -> str:
@@ -22,3 +24,12 @@ def fix_label(cell: Cell) -> str:
 def without_z_loss(fix: str) -> str:
     """The fix's twin without z-loss."""
     return " ".join(part for part in fix.split() if not part.startswith("z_loss="))
+
+
+def lr_cells(cells: list[Cell], experiment: str, key: Callable[[Cell], tuple]) -> dict[tuple, dict[float, Cell]]:
+    """key(cell) -> lr -> cell for `experiment`'s cells (pooled with other experiments or not), sorted by key."""
+    out: dict[tuple, dict[float, Cell]] = {}
+    for cell in cells:
+        if experiment in cell.experiment.split("+") or cell.experiment.startswith(experiment + " "):
+            out.setdefault(key(cell), {})[float(cell.get(LR))] = cell
+    return dict(sorted(out.items()))

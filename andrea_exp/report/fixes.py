@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from andrea_exp.report.bestlr import best_cell, capped_final
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.effects import References, references, trains, trains_rule
-from andrea_exp.report.fix_label import fix_label, without_z_loss
+from andrea_exp.report.fix_label import fix_label, lr_cells, without_z_loss
 from andrea_exp.report.growth import sensitivity
 from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.runs import Run
@@ -47,11 +47,7 @@ TRAINS, ATTENTION, OUTPUT, NEITHER, NOT_MEASURED = "trains", "attention side", "
 
 def grouped(cells: list[Cell]) -> dict[tuple, dict[float, Cell]]:
     """(fix, d_k) -> lr -> cell, for the stability_fixes experiment's cells (pooled with others or not)."""
-    out: dict[tuple, dict[float, Cell]] = {}
-    for cell in cells:
-        if EXPERIMENT in cell.experiment.split("+") or cell.experiment.startswith(EXPERIMENT + " "):
-            out.setdefault((fix_label(cell), cell.get("model.d_k")), {})[float(cell.get(LR))] = cell
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1])))
+    return lr_cells(cells, EXPERIMENT, lambda cell: (fix_label(cell), cell.get("model.d_k")))
 
 
 # ------------------------------------------------------------------ the best LR and its transfer

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from andrea_exp.report import figures
 from andrea_exp.report.bestlr import capped_final
-from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.cells import Cell
 from andrea_exp.report.collapse import RULE as COLLAPSE_RULE
 from andrea_exp.report.collapse import cell_collapsed
 from andrea_exp.report.effects import References, references, trains_rule
 from andrea_exp.report.effects import trains as trains_on_scale
-from andrea_exp.report.fix_label import fix_label
+from andrea_exp.report.fix_label import fix_label, lr_cells
 from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.lr import lr_sensitivity
 from andrea_exp.report.stats import stat
@@ -28,22 +28,15 @@ CURVE_KEYS = (mk.ATTN_SCORE_MAX, mk.ATTN_QK_SPECTRAL, mk.ATTN_ENTROPY)  # the fi
 BASELINE = "scale=sqrt ln=False"
 
 
-def fix_of(cell: Cell) -> str:
-    return fix_label(cell)  # softcap, sigma-reparam and z-loss cells pooled with extras' keep their own rows
-
-
 def trains(cell: Cell, refs: References) -> bool:
     """On the verdicts' progress scale (effects.trains): the same "trains" as C5b's "proceeds"."""
     return trains_on_scale(cell.runs, refs)
 
 
 def grouped(cells: list[Cell]) -> dict[tuple, dict[float, Cell]]:
-    """(d_k, fix) -> lr -> cell, for the extras experiment's cells."""
-    out: dict[tuple, dict[float, Cell]] = {}
-    for cell in cells:
-        if EXPERIMENT in cell.experiment.split("+") or cell.experiment.startswith(EXPERIMENT + " "):
-            out.setdefault((cell.get("model.d_k"), fix_of(cell)), {})[float(cell.get(LR))] = cell
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1])))
+    """(d_k, fix) -> lr -> cell, for the extras experiment's cells (softcap, sigma-reparam and z-loss cells pooled
+    with them keep rows of their own: fix_label)."""
+    return lr_cells(cells, EXPERIMENT, lambda cell: (cell.get("model.d_k"), fix_label(cell)))
 
 
 def sensitivity(by_lr: dict[float, Cell], lrs=None) -> tuple:
