@@ -29,16 +29,21 @@ def train_losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
-def start_and_signal(run_dir: Path, signum: int) -> subprocess.CompletedProcess:
-    """Start a run, send `signum` once a few steps are logged, and wait for it to end on its own."""
-    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", *SMALL, f"hydra.run.dir={run_dir}"], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def wait_for_steps(proc: subprocess.Popen, run_dir: Path) -> None:
+    """Until the run has logged a few training steps (it must not end before)."""
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no training step logged in time"
         time.sleep(0.02)
+
+
+def start_and_signal(run_dir: Path, signum: int) -> subprocess.CompletedProcess:
+    """Start a run, send `signum` once a few steps are logged, and wait for it to end on its own."""
+    proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", *SMALL, f"hydra.run.dir={run_dir}"], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(proc, run_dir)
     os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -264,12 +269,7 @@ def test_a_signal_to_every_process_of_a_run_still_closes_its_wandb_run_with_its_
     proc = subprocess.Popen([sys.executable, "-m", "andrea_exp", *SMALL, "train.max_steps=3000", "logger.mode=offline",
                              f"hydra.run.dir={run_dir}"], env=wandb_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no training step logged in time"
-        time.sleep(0.02)
+    wait_for_steps(proc, run_dir)
     job = [proc.pid, *children(proc.pid)]
     assert len(job) >= 2, "W&B's service process was not found"
     for pid in job:
