@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from andrea_exp.report import figures, screen_figures
+from andrea_exp.report import figures
 
 
 def test_a_setting_has_the_same_colour_in_the_report_and_the_appendix():
@@ -36,7 +36,7 @@ def test_minor_and_major_tick_labels_have_one_size(tmp_path, monkeypatch, draw):
                                   title="t")
         drawn[0].axes[0].set_yscale("log")  # its axes are linear; the sizes must hold for a log axis too
     else:
-        screen_figures.curve_panels(tmp_path / "f.png", [{"title": "t", "curves": {"a": [(x, y, 0.0) for x, y in
+        figures.curve_panels(tmp_path / "f.png", [{"title": "t", "curves": {"a": [(x, y, 0.0) for x, y in
                                                                                          zip(xs, ys)]},
                                                           "logx": 10, "logy": True}])
     (fig,) = drawn

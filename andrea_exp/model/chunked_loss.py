@@ -111,7 +111,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 None, None, None, None, None)
 
 
-@torch.compiler.disable
+# torch's own lazy form of torch.compiler.disable: the compiler (about a second to import) loads at the first call,
+# inside a model being compiled, not at this module's import (the report and uncompiled runs never need it)
+@torch._disable_dynamo
 def _outside_the_graph(x, weight, targets, chunk_rows: int, with_grad: bool, z_loss: float):
     """Called from a model being compiled: the compiler stops its graph here, and the chunks run one after
     another, each chunk's softmax through the compiled chunk_step."""

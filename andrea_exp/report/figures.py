@@ -53,6 +53,7 @@ def _may_be_deferred(draw):
             return draw(path, *args, **kwargs)
         _pending.append(_pool.submit(call, path, *args, **kwargs))
         return Path(path)
+    call.drawn_in_worker = True  # its module is imported by each worker: it must stay light (no torch)
     return call
 
 
@@ -224,4 +225,47 @@ def grouped_bars(path: Path, groups: list[str], bars: dict, *, ylabel: str, titl
     ax.set_title(title)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+REF_STYLES = {"floor": ":", "bigram": "--", "unigram": "-."}  # reference levels' line styles
+
+
+@_may_be_deferred
+def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
+    """panels: each {title, ylabel, xlabel, curves: label -> [(x, mean, std)], refs: {name: y}, logx, logy, marks:
+    label -> (x, y)}. Mean line, a one-std band, dotted reference levels."""
+    n_cols = min(n_cols, len(panels))
+    n_rows = math.ceil(len(panels) / n_cols)
+    labels = [label for panel in panels for label in panel["curves"]]
+    colours = _colours(labels)  # a setting's colour, the same in the appendix's figures
+    fig, axes = _figure(n_rows, n_cols, width=4.6, height=3.4)
+    fig.set_figheight(3.4 * n_rows + 0.6)
+    flat = [ax for row in axes for ax in row]
+    for ax, panel in zip(flat, panels):
+        for label, points in panel["curves"].items():
+            points = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
+            if not points:
+                continue
+            xs, ys, sd = zip(*points)
+            ax.plot(xs, ys, lw=1.4, color=colours[label], label=label, marker="o" if len(xs) < 12 else None, ms=4)
+            if any(s and math.isfinite(s) and s > 0 for s in sd):
+                ax.fill_between(xs, [y - (s or 0) for y, s in zip(ys, sd)], [y + (s or 0) for y, s in zip(ys, sd)],
+                                color=colours[label], alpha=0.18)
+        for label, (x, y) in panel.get("marks", {}).items():
+            ax.plot([x], [y], marker="*", ms=12, color=colours.get(label, "k"), ls="none")
+        for name, y in panel.get("refs", {}).items():
+            ax.axhline(y, color="0.35", ls=REF_STYLES.get(name, ":"), lw=1, label=name)
+        if panel.get("logx"):
+            ax.set_xscale("log", base=2 if panel["logx"] == 2 else 10)
+        if panel.get("logy"):
+            ax.set_yscale("log")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xlabel(panel.get("xlabel", "step"), fontsize=8)
+        ax.set_ylabel(panel.get("ylabel", ""), fontsize=8)
+        ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
+        ax.grid(alpha=0.3)
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    _shared_legend(fig, flat[:len(panels)])
     return _save(fig, path)

@@ -14,19 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from andrea_exp.report import reference
+from andrea_exp.report import figures, reference
 from andrea_exp.report.cells import group_experiments
 from andrea_exp.report.claims import all_statements
 from andrea_exp.report.effects import Place
 from andrea_exp.report.largest import logit_key as largest_logit_key
 from andrea_exp.report.repeats import data_warnings, epochs_text, train_tokens_text
 from andrea_exp.report.runs import Run, load_runs
-from andrea_exp.report.screen_figures import (
-    curve_panels,
-    dks,
-    ref_lines,
-    scaled_and_unscaled,
-)
+from andrea_exp.report.screen_figures import dks, ref_lines, scaled_and_unscaled
 from andrea_exp.report.stats import stat
 from andrea_exp.report.table import md_table
 from andrea_exp.report.verdicts import Cells, Statement, is_causal
@@ -69,7 +64,7 @@ def figure(models: dict[str, Cells], out: Path) -> Path | None:
                 if any(curves.values()):
                     panels.append({"title": f"{model}, d_k {dk}", "ylabel": key, "xlabel": "step", "curves": curves,
                                    "logy": logy, "refs": ref_lines(c.ref(causal[0])) if refs else {}})
-    return curve_panels(out / "figures" / "chapter_scale.png", panels, n_cols=5) if panels else None
+    return figures.curve_panels(out / "figures" / "chapter_scale.png", panels, n_cols=5) if panels else None
 
 
 def place_key(place: Place) -> tuple:

@@ -1,5 +1,5 @@
 """The figures of the first screen: at most 4 lines a panel, reference levels (floor, unigram, bigram) as dotted
-lines, one legend below. Each function gathers its numbers from cells; figures.py draws."""
+lines, one legend below. Each function gathers its numbers from cells; figures.py draws (curve_panels)."""
 
 from __future__ import annotations
 
@@ -15,52 +15,10 @@ from andrea_exp.report.stats import stat
 from andrea_exp.report.verdicts import Cells, is_causal
 from andrea_exp.runs import metric_keys as mk
 
-REF_STYLES = {"floor": ":", "bigram": "--", "unigram": "-."}
-
 
 def ref_lines(refs: References) -> dict:
     out = {"floor": refs.floor, "bigram": refs.bigram, "unigram": refs.unigram}
     return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
-
-
-@figures._may_be_deferred
-def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
-    """panels: each {title, ylabel, xlabel, curves: label -> [(x, mean, std)], refs: {name: y}, logx, logy, marks:
-    label -> (x, y)}. Mean line, a one-std band, dotted reference levels."""
-    n_cols = min(n_cols, len(panels))
-    n_rows = math.ceil(len(panels) / n_cols)
-    labels = [label for panel in panels for label in panel["curves"]]
-    colours = figures._colours(labels)  # a setting's colour, the same in the appendix's figures
-    fig, axes = figures._figure(n_rows, n_cols, width=4.6, height=3.4)
-    fig.set_figheight(3.4 * n_rows + 0.6)
-    flat = [ax for row in axes for ax in row]
-    for ax, panel in zip(flat, panels):
-        for label, points in panel["curves"].items():
-            points = sorted(p for p in points if p[1] is not None and math.isfinite(p[1]))
-            if not points:
-                continue
-            xs, ys, sd = zip(*points)
-            ax.plot(xs, ys, lw=1.4, color=colours[label], label=label, marker="o" if len(xs) < 12 else None, ms=4)
-            if any(s and math.isfinite(s) and s > 0 for s in sd):
-                ax.fill_between(xs, [y - (s or 0) for y, s in zip(ys, sd)], [y + (s or 0) for y, s in zip(ys, sd)],
-                                color=colours[label], alpha=0.18)
-        for label, (x, y) in panel.get("marks", {}).items():
-            ax.plot([x], [y], marker="*", ms=12, color=colours.get(label, "k"), ls="none")
-        for name, y in panel.get("refs", {}).items():
-            ax.axhline(y, color="0.35", ls=REF_STYLES.get(name, ":"), lw=1, label=name)
-        if panel.get("logx"):
-            ax.set_xscale("log", base=2 if panel["logx"] == 2 else 10)
-        if panel.get("logy"):
-            ax.set_yscale("log")
-        ax.set_title(panel["title"], fontsize=9)
-        ax.set_xlabel(panel.get("xlabel", "step"), fontsize=8)
-        ax.set_ylabel(panel.get("ylabel", ""), fontsize=8)
-        ax.tick_params(which="both", labelsize=figures.TICK_LABEL_SIZE)
-        ax.grid(alpha=0.3)
-    for ax in flat[len(panels):]:
-        ax.set_visible(False)
-    figures._shared_legend(fig, flat[:len(panels)])
-    return figures._save(fig, path)
 
 
 def grid_cells(c: Cells) -> list[Cell]:
@@ -125,7 +83,7 @@ def loss_vs_lr(c: Cells, out: Path) -> Path | None:
             panels.append({"title": f"d_k {dk}" + (" (QK-LayerNorm)" if any(ln for _, ln in chunk) else ""),
                            "xlabel": "learning rate", "ylabel": "final held-out loss (nats)", "curves": curves,
                            "refs": refs, "logx": 10, "marks": marks})
-    return curve_panels(out / "loss_vs_lr.png", panels)
+    return figures.curve_panels(out / "loss_vs_lr.png", panels)
 
 
 def loss_vs_dk(c: Cells, out: Path) -> Path | None:
@@ -146,7 +104,7 @@ def loss_vs_dk(c: Cells, out: Path) -> Path | None:
         panels.append({"title": "at each cell's best LR (LR sweep)", "xlabel": "d_k",
                        "ylabel": "final held-out loss (nats)", "curves": curves, "refs": ref_lines(c.ref(best[0])),
                        "logx": 2})
-    return curve_panels(out / "loss_vs_dk.png", panels, n_cols=2) if panels else None
+    return figures.curve_panels(out / "loss_vs_dk.png", panels, n_cols=2) if panels else None
 
 
 def per_dk_curves(c: Cells, out: Path, name: str, keys: list[tuple[str, str, bool]], refs: bool = False
@@ -160,7 +118,7 @@ def per_dk_curves(c: Cells, out: Path, name: str, keys: list[tuple[str, str, boo
             if any(curves.values()):
                 panels.append({"title": f"{ylabel}, d_k {dk}", "ylabel": ylabel, "curves": curves, "logy": logy,
                                "refs": ref_lines(c.ref(grid[0])) if refs else {}})
-    return curve_panels(out / name, panels) if panels else None
+    return figures.curve_panels(out / name, panels) if panels else None
 
 
 def peak_vs_std(c: Cells, out: Path) -> Path | None:
@@ -174,7 +132,7 @@ def peak_vs_std(c: Cells, out: Path) -> Path | None:
             curves.setdefault(f"init {cell.get('model.qk_init')}", []).append((std.mean, prob.mean, prob.std))
     if not curves:
         return None
-    return curve_panels(out / "max_prob_vs_score_std.png", [{
+    return figures.curve_panels(out / "max_prob_vs_score_std.png", [{
         "title": "step 0, no divisor: every init and d_k", "xlabel": "score std (attn/score_std)",
         "ylabel": "mean max probability", "curves": curves, "refs": {"0.5": 0.5}, "logx": 10}], n_cols=1)
 
@@ -194,7 +152,7 @@ def leak_figure(c: Cells, out: Path) -> Path | None:
         if any(curves.values()):
             panels.append({"title": SCALE_LABEL[s], "xlabel": "d_k", "ylabel": "held-out loss (nats)",
                            "curves": curves, "refs": ref_lines(c.ref(grid[0])), "logx": 2})
-    return curve_panels(out / "leak.png", panels, n_cols=2) if panels else None
+    return figures.curve_panels(out / "leak.png", panels, n_cols=2) if panels else None
 
 
 def per_step_or_probe(cells: list[Cell], per_step: str, probe: str) -> str:
