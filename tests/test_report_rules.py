@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.report import bestlr, growth, static
+from andrea_exp.report import bestlr, growth, screen, static, verdicts
 from andrea_exp.report.__main__ import main as report_main
 from andrea_exp.report.cells import LR_SWEEP, Cell, group_experiments
 from andrea_exp.report.claims import c2, c3, c4, c5, c7, c9, vanish
@@ -115,13 +115,36 @@ def lr_cell(lr, finals, scale="sqrt", l0=4.0):
 def test_best_lr_picks_the_lowest_mean_final_loss():
     cells = [lr_cell(1e-3, [2.0, 2.2]), lr_cell(1e-2, [1.5, 1.9]), lr_cell(1e-1, [None, 1.0])]
     # means 2.1, 1.7, (4.0 + 1.0) / 2 = 2.5: the diverged seed counts at l_0
-    assert bestlr.best_cell(cells).get("train.lr") == 1e-2
+    assert bestlr.best_lr(cells).cell.get("train.lr") == 1e-2
     cells.append(lr_cell(1e-4, [1.5, 1.9]))  # a tie goes to the smaller LR
-    assert bestlr.best_cell(cells).get("train.lr") == 1e-4
+    assert bestlr.best_lr(cells).cell.get("train.lr") == 1e-4
     # a group at one LR has no best LR (it would be read as one); at two it has
     assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none")])) == 1
     assert len(bestlr.best_lr_cells(cells + [lr_cell(1e-3, [3.0, 3.0], scale="none"),
                                              lr_cell(1e-2, [2.0, 2.0], scale="none")])) == 2
+
+
+def test_the_best_lr_says_when_it_sits_at_the_edge_of_the_sweep():
+    inside = [lr_cell(1e-3, [2.0]), lr_cell(1e-2, [1.0]), lr_cell(1e-1, [3.0])]
+    assert bestlr.best_lr(inside) == (inside[1], False)
+    low, high = [lr_cell(1e-3, [1.0]), lr_cell(1e-2, [2.0])], [lr_cell(1e-3, [2.0]), lr_cell(1e-2, [1.0])]
+    assert bestlr.best_lr(low).at_edge and bestlr.best_lr(high).at_edge
+    alone = lr_cell(1e-3, [1.0])
+    assert bestlr.best_lr([alone]) == (alone, False)  # one LR: no edge (and lr_groups never makes such a group)
+    assert bestlr.best_lr_cells(inside) == [(inside[1], False)]
+
+
+def test_a_run_that_ended_above_its_start_counts_at_its_start_in_every_best_lr():
+    """One rule everywhere: the claims, the first screen's edge warnings and the fixes section all pick the same
+    best LR (a finished run at 9.0 from l_0 4.0 counts 4.0, so the cell beside it at 3.9 is the best)."""
+    low, worse_than_start, high = lr_cell(1e-3, [3.9, 3.9]), lr_cell(1e-2, [9.0, 1.0]), lr_cell(1e-1, [3.95, 3.95])
+    assert bestlr.mean_final(worse_than_start) == 2.5  # (4.0 + 1.0) / 2: below 3.9, so the best lies inside
+    sweep = [low, worse_than_start, high]
+    assert bestlr.best_lr(sweep) == (worse_than_start, False)
+    _, warnings = screen.data_box(verdicts.Cells.of(sweep), sweep)  # counted at 9.0 it would read low, at the edge
+    assert not [w for w in warnings if w.startswith("best LR at the edge")], warnings
+    _, warnings = screen.data_box(verdicts.Cells.of(sweep[:2]), sweep[:2])
+    assert [w for w in warnings if w.startswith("best LR at the edge")]  # best of two LRs: always at an edge
 
 
 def test_capped_final_caps_at_l0_and_keeps_the_loss_when_l0_is_unknown():
@@ -137,7 +160,8 @@ def test_a_cell_with_no_known_loss_is_never_the_best():
                    "lr_sensitivity", LR_SWEEP)
     assert bestlr.mean_final(unknown) == math.inf
     measured = lr_cell(1e-2, [3.0, 3.0])
-    assert bestlr.best_cell([unknown, measured]) is measured
+    assert bestlr.best_lr([unknown, measured]) == (measured, False)
+    assert bestlr.best_lr([unknown]) is None and bestlr.best_lr_cells([unknown]) == []
 
 
 def test_only_lr_sweep_cells_with_an_lr_axis_are_grouped():

@@ -1,10 +1,13 @@
-"""The best learning rate of each cell of an LR sweep: cells that differ only in train.lr form a group;
-best = the lowest final held-out loss, mean over seeds, a run that diverged counted at l_0 (its step-0 loss;
-run_status: failed runs never reach a cell). Ties go to the smaller LR. A group at one LR has no best LR."""
+"""The best learning rate of each cell of an LR sweep, the report's one rule for it: cells that differ only in
+train.lr form a group; best = the lowest final held-out loss, mean over seeds, a run that diverged (or ended
+above its start) counted at l_0 (its step-0 loss; run_status: failed runs never reach a cell); a cell with no
+known loss is never the best. Ties go to the smaller LR. A group at one LR has no best LR; a best at the
+smallest or largest LR swept is at the edge (the best may lie beyond it)."""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from andrea_exp.report.cells import LR, LR_SWEEP, Cell
 from andrea_exp.report.run_status import finished
@@ -45,10 +48,22 @@ def mean_final(cell: Cell) -> float:
     return st.mean if st.n else math.inf
 
 
-def best_cell(group: list[Cell]) -> Cell:
-    return min(group, key=lambda c: (mean_final(c), float(c.get(LR))))
+class BestLR(NamedTuple):
+    cell: Cell
+    at_edge: bool  # its LR is the smallest or the largest of the group's: the best may lie beyond the sweep
 
 
-def best_lr_cells(cells: list[Cell]) -> list[Cell]:
-    """One cell per group: the one at its best LR."""
-    return [best_cell(g) for g in lr_groups(cells)]
+def best_lr(group: list[Cell]) -> BestLR | None:
+    """The group's best cell (the module's rule); None when no cell of it has a known loss."""
+    known = [(mean_final(c), float(c.get(LR)), c) for c in group]
+    known = [k for k in known if math.isfinite(k[0])]
+    if not known:
+        return None
+    _, lr, cell = min(known, key=lambda k: (k[0], k[1]))
+    lrs = [k[1] for k in known]
+    return BestLR(cell, len(lrs) > 1 and lr in (min(lrs), max(lrs)))
+
+
+def best_lr_cells(cells: list[Cell]) -> list[BestLR]:
+    """Each LR group's best (the groups of lr_groups: LR-sweep cells that ran two LRs or more)."""
+    return [best for best in map(best_lr, lr_groups(cells)) if best is not None]

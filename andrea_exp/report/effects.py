@@ -22,8 +22,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from andrea_exp.report.bestlr import final_loss, lr_groups
-from andrea_exp.report.cells import LR, Cell
+from andrea_exp.report.bestlr import final_loss
+from andrea_exp.report.cells import Cell
 from andrea_exp.report.reference import matching
 from andrea_exp.report.run_status import finished, votes
 from andrea_exp.report.runs import Run
@@ -307,18 +307,3 @@ def log10_ratio(x: float, y: float) -> float | None:
     if x < 0 or y < 0 or (x == 0 and y == 0):
         return None
     return math.log10(max(x, TINY_GRADIENT) / max(y, TINY_GRADIENT))
-
-
-def best_lr_cells(cells: list[Cell]) -> list[tuple[Cell, bool]]:
-    """Each LR group's best cell (lowest mean final loss, failures at l_0) and whether its LR is at the edge of
-    the swept range (the best may lie beyond it)."""
-    out = []
-    for group in lr_groups(cells):
-        means = [(stat(loss_or_l0(r) for r in c.runs).mean, float(c.get(LR)), c) for c in group]
-        means = [m for m in means if math.isfinite(m[0])]
-        if not means:
-            continue
-        best = min(means, key=lambda m: (m[0], m[1]))
-        lrs = sorted(m[1] for m in means)
-        out.append((best[2], len(lrs) > 1 and best[1] in (lrs[0], lrs[-1])))
-    return out

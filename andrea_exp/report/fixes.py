@@ -2,7 +2,7 @@
 1/d_k, QK-LayerNorm, soft-capping, sigma-reparam, z-loss; d_k 64, 256, 4096; one LR set; seeds).
 
 Per (fix, d_k): the LR sensitivity (growth.sensitivity: lr.lr_sensitivity per seed, then over seeds) and the best
-LR (bestlr.best_cell). Two named rules:
+LR (bestlr.best_lr). Two named rules:
 
 - TRANSFER_RULE: a fix's best LR transfers across d_k when the best LRs of the d_k that vote lie within
   TRANSFER_STEPS steps of the LR grid of each other. A d_k votes when its best LR is bracketed (an LR below and one
@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from andrea_exp.report.bestlr import best_cell, capped_final
+from andrea_exp.report import bestlr
+from andrea_exp.report.bestlr import capped_final
 from andrea_exp.report.cells import LR, Cell
 from andrea_exp.report.effects import References, references, trains, trains_rule
 from andrea_exp.report.fix_label import fix_label, lr_cells, without_z_loss
@@ -59,15 +60,18 @@ class BestLR:
 
 
 def best_lr(by_lr: dict[float, Cell], refs: References) -> BestLR:
-    """The best LR of one (fix, d_k) (bestlr.best_cell: lowest mean capped final loss, ties to the smaller LR)."""
+    """The best LR of one (fix, d_k) (bestlr.best_lr: lowest mean capped final loss, ties to the smaller LR), which
+    votes when bracketed: three LRs or more and the best at neither edge."""
     cells = [by_lr[lr] for lr in sorted(by_lr) if by_lr[lr].runs]
     if not cells:
         return BestLR(None, False, "no runs")
-    lr = float(best_cell(cells).get(LR))
-    lrs = [float(c.get(LR)) for c in cells]
+    best = bestlr.best_lr(cells)
+    if best is None:
+        return BestLR(None, False, "no known loss")
+    lr = float(best.cell.get(LR))
     if not any(trains(c.runs, refs) for c in cells):
         return BestLR(lr, False, "never trains")
-    if lr in (lrs[0], lrs[-1]) or len(lrs) < 3:
+    if best.at_edge or len(cells) < 3:
         return BestLR(lr, False, "at the sweep's edge: not bracketed")
     return BestLR(lr, True, "bracketed")
 

@@ -9,9 +9,10 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from andrea_exp.report.bestlr import best_lr_cells
 from andrea_exp.report.cells import INIT_ONLY, Cell, failed_lines
 from andrea_exp.report.claims import all_statements
-from andrea_exp.report.effects import THRESHOLDS, References, best_lr_cells, loss_or_l0, progress_of
+from andrea_exp.report.effects import THRESHOLDS, References, loss_or_l0, progress_of
 from andrea_exp.report.reference import describe
 from andrea_exp.report.repeats import data_warnings
 from andrea_exp.report.screen_figures import SCALE_LABEL, dks, grid_cells, pick_cell

@@ -7,8 +7,9 @@ import math
 from pathlib import Path
 
 from andrea_exp.report import figures
+from andrea_exp.report.bestlr import best_lr_cells
 from andrea_exp.report.cells import LR, Cell
-from andrea_exp.report.effects import References, best_lr_cells, loss_or_l0, twins
+from andrea_exp.report.effects import References, loss_or_l0, twins
 from andrea_exp.report.growth import curve
 from andrea_exp.report.largest import logit_key, logit_label
 from andrea_exp.report.stats import stat

@@ -28,7 +28,6 @@ from andrea_exp.report.effects import (
     threshold,
     twins,
 )
-from andrea_exp.report.effects import best_lr_cells as best_lr_places
 from andrea_exp.report.memorisation import beside_training_loss, drop_memorised
 from andrea_exp.report.rules import Check
 from andrea_exp.report.seeds import paired, per_seed, seed_check
@@ -97,7 +96,7 @@ def stall_check(where: dict, scaled: Cell, unscaled: Cell, vote: bool) -> Check 
 def stall_checks(study: Study) -> list[Check]:
     """Voted at each cell's best LR; shown (not voted) at the grid's LR and at every LR tried."""
     checks = []
-    best = best_lr_cells(study.lr_cells)
+    best = [b.cell for b in best_lr_cells(study.lr_cells)]
     places = [("best LR", scale_pairs(best, drop=("train.lr",)), True),
               ("grid's LR", [p for p in scale_pairs(study.claim_cells) if trained(p[1]) and trained(p[2])], False),
               ("every LR", scale_pairs(study.lr_cells), False)]
@@ -171,7 +170,7 @@ def c4_stall(c: Cells) -> Statement:
                       Effect("unscaled progress", per_seed(unscaled, prog), high=threshold("STALL")), [behind],
                       unmeasurable=no_reference(c.ref(unscaled)))
         places.append(beside_training_loss(place, c.ref(unscaled).progress, unscaled, scaled))
-    for cell, edge in best_lr_places(c.lr_sweep):
+    for cell, edge in best_lr_cells(c.lr_sweep):
         if cell.get("model.scale") != "none" or cell.get("model.qk_layernorm") is True:
             continue
         prog = progress_of(c.ref(cell))

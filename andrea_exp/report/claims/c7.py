@@ -90,7 +90,7 @@ def judged_cell_runs(cell: Cell) -> Cell:
 def claim(study: Study) -> ClaimResult:
     checks, rows = [], []
     groups, as_trained, generation, floors = [], [], [], []
-    best = best_lr_cells(study.lr_cells)
+    best = [b.cell for b in best_lr_cells(study.lr_cells)]
     one_experiment = len({c.experiment for c in study.claim_cells if trained(c)}) == 1  # then bars need no [name]
     margins = set()
     for full_cell in study.claim_cells:
