@@ -141,6 +141,30 @@ def _legend_height(n_labels: int) -> float:
     return 0.3 + 0.2 * math.ceil(n_labels / 2) if n_labels > 4 else 0.5
 
 
+def _style_panel(ax, panel: dict, *, title_size: int, label_size: int | None = None, xlabel: str = "",
+                 ylabel: str = "") -> None:
+    """A panel's axes as every grid of panels draws them: log axes where asked, its title and labels (the panel's
+    own, else these defaults), small tick labels, a light grid."""
+    if panel.get("logx"):
+        ax.set_xscale("log", base=2 if panel["logx"] == 2 else 10)
+    if panel.get("logy"):
+        ax.set_yscale("log")
+    label_font = {} if label_size is None else {"fontsize": label_size}
+    ax.set_title(panel.get("title", ""), fontsize=title_size)
+    ax.set_xlabel(panel.get("xlabel", xlabel), **label_font)
+    ax.set_ylabel(panel.get("ylabel", ylabel), **label_font)
+    ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
+    ax.grid(alpha=0.3)
+
+
+def _save_panels(fig, flat: list, n_panels: int, path: Path) -> Path:
+    """The grid's unused axes hidden, one legend below its panels, the PNG written."""
+    for ax in flat[n_panels:]:
+        ax.set_visible(False)
+    _shared_legend(fig, flat[:n_panels])
+    return _save(fig, path)
+
+
 @_may_be_deferred
 def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
     """Generic grid of panels: each {title, xlabel, ylabel, series, logx, logy, refs: [(label, xs, ys)]}."""
@@ -156,19 +180,8 @@ def line_panels(path: Path, panels: list[dict], *, n_cols: int = 2) -> Path:
         _plot_series(ax, panel.get("series", {}), colours)
         for label, xs, ys in panel.get("refs", []):
             ax.plot(xs, ys, color="k", ls=":", lw=1, label=label)
-        if panel.get("logx"):
-            ax.set_xscale("log", base=2 if panel.get("logx") == 2 else 10)
-        if panel.get("logy"):
-            ax.set_yscale("log")
-        ax.set_title(panel.get("title", ""), fontsize=10)
-        ax.set_xlabel(panel.get("xlabel", ""))
-        ax.set_ylabel(panel.get("ylabel", ""))
-        ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
-        ax.grid(alpha=0.3)
-    for ax in flat[len(panels):]:
-        ax.set_visible(False)
-    _shared_legend(fig, flat[:len(panels)])
-    return _save(fig, path)
+        _style_panel(ax, panel, title_size=10)
+    return _save_panels(fig, flat, len(panels), path)
 
 
 @_may_be_deferred
@@ -190,16 +203,9 @@ def loss_curve_panels(path: Path, panels: list[dict], *, title: str, n_cols: int
         floor = panel.get("floor")
         if floor is not None and math.isfinite(floor):
             ax.axhline(floor, color="k", ls=":", lw=1, label="entropy floor")
-        ax.set_title(panel["title"], fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel("train/loss (nats)")
-        ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
-        ax.grid(alpha=0.3)
-    for ax in flat[len(panels):]:
-        ax.set_visible(False)
+        _style_panel(ax, {"title": panel["title"]}, title_size=10, xlabel="step", ylabel="train/loss (nats)")
     fig.suptitle(title, fontsize=11)
-    _shared_legend(fig, flat[:len(panels)])
-    return _save(fig, path)
+    return _save_panels(fig, flat, len(panels), path)
 
 
 @_may_be_deferred
@@ -256,16 +262,5 @@ def curve_panels(path: Path, panels: list[dict], *, n_cols: int = 3) -> Path:
             ax.plot([x], [y], marker="*", ms=12, color=colours.get(label, "k"), ls="none")
         for name, y in panel.get("refs", {}).items():
             ax.axhline(y, color="0.35", ls=REF_STYLES.get(name, ":"), lw=1, label=name)
-        if panel.get("logx"):
-            ax.set_xscale("log", base=2 if panel["logx"] == 2 else 10)
-        if panel.get("logy"):
-            ax.set_yscale("log")
-        ax.set_title(panel["title"], fontsize=9)
-        ax.set_xlabel(panel.get("xlabel", "step"), fontsize=8)
-        ax.set_ylabel(panel.get("ylabel", ""), fontsize=8)
-        ax.tick_params(which="both", labelsize=TICK_LABEL_SIZE)
-        ax.grid(alpha=0.3)
-    for ax in flat[len(panels):]:
-        ax.set_visible(False)
-    _shared_legend(fig, flat[:len(panels)])
-    return _save(fig, path)
+        _style_panel(ax, panel, title_size=9, label_size=8, xlabel="step")
+    return _save_panels(fig, flat, len(panels), path)
