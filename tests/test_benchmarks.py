@@ -220,6 +220,27 @@ def test_cell_breakdown_runs_on_the_gpu(tmp_path: Path, capsys):
     assert "CUDA" in capsys.readouterr().out  # the profile's table of CUDA kernels
 
 
+def run_probe_breakdown(tmp_path: Path, *extra: str) -> dict:
+    from benchmarks.investigations.probe_breakdown import PARTS, main
+
+    out = tmp_path / "probe.json"
+    data = main(["--smoke", "--repeats", "1", *extra, "--out", str(out)])
+    assert json.loads(out.read_text()) == data
+    assert set(data["ms"]) == {*PARTS, "unaccounted"} and all(data["ms"][p] > 0 for p in PARTS)
+    assert data["n_layer"] == 2 and data["seq_len"] == 32
+    return data
+
+
+def test_probe_breakdown_runs_on_the_cpu(tmp_path: Path):
+    assert run_probe_breakdown(tmp_path)["device"] == "cpu"
+
+
+@pytest.mark.gpu
+def test_probe_breakdown_runs_on_the_gpu(tmp_path: Path):
+    data = run_probe_breakdown(tmp_path, "--device", "cuda", "--profile")
+    assert data["device"] != "cpu" and data["kernels"] and all(k["ms"] >= 0 for k in data["kernels"])
+
+
 def run_concurrent_cells(tmp_path: Path, *extra: str) -> dict:
     from benchmarks.investigations.concurrent_cells import main
 
