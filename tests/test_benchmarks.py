@@ -355,3 +355,52 @@ def test_attn_stats_kernel_configs_runs_on_the_gpu(tmp_path: Path):
     for name, variant in entry["variants"].items():  # a variant that failed is recorded as an error, not raised
         assert "error" not in variant, (name, variant)
     assert all(err < 0.05 for err in entry["variants"]["full"]["max_rel_err"].values())
+
+
+# ---------------------------------------------------------------- timeline.py (its CPU test: tests/test_timeline.py)
+
+
+@pytest.mark.gpu
+def test_timeline_runs_on_the_gpu(tmp_path: Path):
+    """The H200 entries' own path: the default run on the GPU and the claims grid through the local_gpus launcher
+    with cells sharing the GPU, every cell's spans read back."""
+    from benchmarks.timeline import main
+
+    result = main(["--machine", "test", "--only", "default_run,claims_grid", "--cells-per-gpu", "4",
+                   "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "t.json"), "--extra",
+                   "train.max_steps=5", "train.eval_every=0", "logger.mode=disabled"])
+    assert result["gpu"] is not None
+    grid = result["entries"]["claims_grid"]["runs"][0]
+    assert len(grid["cells"]) == 12 and all(c["parts"]["steps_s"] > 0 for c in grid["cells"])
+    assert result["entries"]["default_run"]["runs"][0]["cells"][0]["parts"]["steps_s"] > 0
+
+
+# ---------------------------------------------------------------- every script has its GPU test
+
+
+def test_every_benchmark_script_has_a_gpu_test_that_runs_it():
+    """A script in benchmarks/ or benchmarks/investigations/ with no `gpu` test here would stop giving figures
+    unnoticed: each must be named by a gpu-marked test of this file (or by a helper such a test calls)."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    library = {"__init__", "common", "reference_gpt"}  # shared pieces and the reference model, no main of their own
+    library.add("mask_fill_precision")  # a dtype grid computed on the CPU by design: its test above runs it anywhere
+    scripts = {f"benchmarks.{p.stem}" for p in root.glob("*.py") if p.stem not in library}
+    scripts |= {f"benchmarks.investigations.{p.stem}" for p in (root / "investigations").glob("*.py")
+                if p.stem != "__init__"}
+    source = Path(__file__).read_text()
+    functions = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+
+    def named(node) -> str:  # the function's text and that of this file's functions it calls
+        called = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        return ast.get_source_segment(source, node) + "".join(
+            ast.get_source_segment(source, functions[name]) for name in called & set(functions) - {node.name})
+
+    def is_gpu(node) -> bool:
+        return any("mark.gpu" in ast.get_source_segment(source, d) for d in node.decorator_list)
+
+    gpu_text = "".join(named(node) for node in functions.values() if is_gpu(node))
+    missing = sorted(s for s in scripts
+                     if f"{s} import" not in gpu_text and f"{s.replace('.', '/')}.py" not in gpu_text)
+    assert not missing, f"benchmark scripts without a gpu test: {missing}"
