@@ -344,6 +344,20 @@ def test_attn_fwd_stats_backward_runs_on_the_gpu(tmp_path: Path):
         assert "error" not in data["grad_max_abs_err_vs_float64"][name], data["grad_max_abs_err_vs_float64"][name]
 
 
+@pytest.mark.gpu(triton=True)
+def test_attn_fwd_stats_configs_runs_on_the_gpu(tmp_path: Path):
+    from andrea_exp.model.attn_fwd_stats_kernel import LAUNCH
+    from benchmarks.investigations.attn_fwd_stats_configs import main
+
+    data = main(["--batch-size", "2", "--max-configs", "2", "--out", str(tmp_path / "fwd.json")])
+    assert json.loads((tmp_path / "fwd.json").read_text()) == data
+    assert data["model_launch"] == LAUNCH and data["model_launch_ms"] > 0  # the model's own configuration first
+    assert len(data["grid"]) == 2 and all(row["out_max_abs_err"] < 0.05 for row in data["grid"])
+    assert all(err < 0.05 for err in data["best"]["stats_max_rel_err"].values())
+    for name, ms in data["sdpa_forward_ms"].items():  # a backend that failed is recorded, not raised
+        assert isinstance(ms, float) or "error" in ms, (name, ms)
+
+
 @pytest.mark.gpu
 def test_attn_stats_kernel_configs_runs_on_the_gpu(tmp_path: Path):
     from benchmarks.investigations.attn_stats_kernel_configs import main

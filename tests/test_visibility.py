@@ -110,8 +110,9 @@ def assert_walk_is_the_rule(seen: torch.Tensor, T: int, causal: bool, where: str
     assert not seen[:T, T:].any(), where  # nothing past the last key (rows past T are padding, never stored)
 
 
-# the kernels' block sizes: launch_config's bf16 / fp16 (and attn_fwd_stats_kernel's) and float32 ones
-BLOCKS = [(64, 64), (64, 32)]
+# the kernels' block sizes: launch_config's bf16 / fp16 (and attn_fwd_stats_kernel's) and float32 ones, and the
+# fused forward's other launch configurations (benchmarks/investigations/attn_fwd_stats_configs.py)
+BLOCKS = [(64, 64), (64, 32), (128, 128), (128, 64), (128, 32)]
 LENGTHS = (1, 2, 17, 31, 32, 33, 63, 64, 65, 127, 128, 200)
 
 

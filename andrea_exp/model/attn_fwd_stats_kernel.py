@@ -29,8 +29,9 @@ from andrea_exp.model.step_stats_kernel import (
     finish_heads,
 )
 
-# one warp group, blocks of 64 rows and 64 keys, 3 stages: the statistics pass's configuration (launch_config)
-BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES = 64, 64, 4, 3
+# one warp group, blocks of 64 rows and 64 keys, 3 stages: the statistics pass's configuration (launch_config);
+# benchmarks/investigations/attn_fwd_stats_configs.py times this pass over other launch configurations
+LAUNCH = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
 
 
 @triton.jit
@@ -96,26 +97,30 @@ def _attn_fwd_stats(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_ptr, flag_ptr,
 
 
 def attention_with_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enabled: torch.Tensor, scale: float,
-                         causal: bool, threshold: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         causal: bool, threshold: float,
+                         launch: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v (B, H, T, d) on CUDA (see stat_rows.fused_pass_supports) -> (out (B, H, T, d) laid out
     (B, T, H, d), lse (B, H, T) float32, statistics (N_STATS, H) float32, undefined unless enabled[0] != 0).
-    Two launches, no host sync."""
+    Two launches, no host sync. launch: BLOCK_M, BLOCK_N, num_warps, num_stages (default LAUNCH); causal, BLOCK_M
+    must be a multiple of BLOCK_N (the key-block walk, _masked_key_range)."""
     if not fused_pass_supports(q, k, v):
         raise ValueError(f"attention_with_stats takes bf16 / fp16 CUDA q, k, v of one shape, "
                          f"d <= {STATS_PASS_MAX_HEAD_DIM} and a multiple of 8; "
                          f"got {q.dtype} {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if not scale > 0:  # the row's max is taken on q.k before scaling (see step_stats_kernel's docstring)
         raise ValueError(f"scale must be positive; got {scale!r}")
+    launch = {**LAUNCH, **(launch or {})}
+    if causal and launch["BLOCK_M"] % launch["BLOCK_N"]:
+        raise ValueError(f"causal: BLOCK_M must be a multiple of BLOCK_N; got {launch['BLOCK_M']}, {launch['BLOCK_N']}")
     B, H, T, D = q.shape
-    n_row_blocks = triton.cdiv(T, BLOCK_M)
+    n_row_blocks = triton.cdiv(T, launch["BLOCK_M"])
     out = torch.empty((B, T, H, D), dtype=q.dtype, device=q.device).transpose(1, 2)  # (B, H, T, D)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)
     partials = torch.empty((H, B, n_row_blocks, N_PARTIALS), dtype=torch.float32, device=q.device)
     _attn_fwd_stats[(B * H * n_row_blocks,)](
         q, k, v, out, lse, partials, enabled, *q.stride(), *k.stride(), *v.stride(), *out.stride(), B, H, T,
         n_row_blocks, float(scale) * LOG2E, float(scale), float(threshold), CAUSAL=bool(causal), HEAD_DIM=D,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(D)), num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        BLOCK_D=max(16, triton.next_power_of_2(D)), **launch)
     stats = finish_heads(partials, enabled, T, causal,
                          torch.empty((N_STATS, H), dtype=torch.float32, device=q.device))
     return out, lse, stats
