@@ -232,13 +232,17 @@ def run_probe_breakdown(tmp_path: Path, *extra: str) -> dict:
 
 
 def test_probe_breakdown_runs_on_the_cpu(tmp_path: Path):
-    assert run_probe_breakdown(tmp_path)["device"] == "cpu"
+    data = run_probe_breakdown(tmp_path)
+    assert data["device"] == "cpu" and data["compiled"] is None  # compiling needs a C++ toolchain on the CPU
 
 
 @pytest.mark.gpu
 def test_probe_breakdown_runs_on_the_gpu(tmp_path: Path):
     data = run_probe_breakdown(tmp_path, "--device", "cuda", "--profile")
     assert data["device"] != "cpu" and data["kernels"] and all(k["ms"] >= 0 for k in data["kernels"])
+    compiled = data["compiled"]  # on by default on CUDA
+    assert compiled["forward_stats_ms"] > 0 and compiled["grad_stats_ms"] > 0
+    assert all(diff < 1e-3 for diff in compiled["max_abs_diff_from_eager"].values()), compiled
 
 
 def run_concurrent_cells(tmp_path: Path, *extra: str) -> dict:

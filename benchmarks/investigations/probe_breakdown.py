@@ -11,7 +11,10 @@ batch of conf/probe, T 1024, GPT-2's vocabulary), each part timed on its own, sy
 - qk_spectral: put_qk_spectral alone (part of pooling);
 - unaccounted: measure less forward_backward, forward_stats, grad_stats and pooling (hooks, fork of the random
   streams, mode switches; negative where the parts overlap less on their own than inside the probe).
-With --profile, the CUDA kernels of one measure() by time. Prints a line per part and writes JSON.
+With --compiled (default on CUDA), forward_stats and grad_stats again with the two reductions compiled
+(torch.compile fuses their passes over the (B, H, T, T) tensors): their times, the compile time, and the largest
+difference of their values from the eager ones. With --profile, the CUDA kernels of one measure() by time. Prints a
+line per part and writes JSON.
 
     PYTHONPATH=. python3 benchmarks/investigations/probe_breakdown.py --out /tmp/probe_breakdown.json [--profile]
     PYTHONPATH=. python3 benchmarks/investigations/probe_breakdown.py --smoke --out /tmp/x.json   # CPU, tiny
@@ -40,11 +43,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default cuda, with --smoke cpu")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per part (after one untimed)")
     parser.add_argument("--profile", action="store_true", help="the CUDA kernels of one measure(), by time")
+    parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=None,
+                        help="also time the two per-layer reductions compiled (default: on CUDA)")
     parser.add_argument("--set", nargs="*", default=[], metavar="OVERRIDE",
                         help="extra Hydra overrides, e.g. probe.batch_size=4 model.qk_layernorm=true")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     args.device = args.device or ("cpu" if args.smoke else "cuda")
+    args.compiled = args.device == "cuda" if args.compiled is None else args.compiled
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is visible; use --smoke (CPU)")
     return args
@@ -115,18 +121,56 @@ def main(argv=None) -> dict:
                  "pooling": pooling, "qk_spectral": lambda: probes.put_qk_spectral(probes.MetricSheet(), model)}
         ms = {name: 1000 * timed(parts[name], args.repeats, sync) for name in PARTS}
         kernels = profile_kernels(probe) if args.profile and rt.device.type == "cuda" else None
+        compiled = (compiled_reductions(layer0, score_grad, first, cfg.model.causal, probe, args.repeats, sync)
+                    if args.compiled else None)
     ms["unaccounted"] = ms["measure"] - sum(ms[p] for p in ("forward_backward", "forward_stats", "grad_stats",
                                                            "pooling"))
     for name, value in ms.items():
         print(f"{name:>17}: {value:9.2f} ms  ({value / ms['measure']:6.1%} of measure)", flush=True)
+    if compiled is not None:
+        print(f"compiled reductions: {compiled}", flush=True)
     result = {"command": "PYTHONPATH=. python3 benchmarks/investigations/probe_breakdown.py "
                          + " ".join(argv if argv is not None else []),
               "commit": git_commit(), "device": torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda"
               else "cpu", "torch": torch.__version__, "smoke": args.smoke, "overrides": overrides(args),
               "batch_size": B, "seq_len": T, "n_layer": probe.n_layer, "n_head": probe.n_head,
-              "repeats": args.repeats, "ms": ms, "kernels": kernels}
+              "repeats": args.repeats, "ms": ms, "compiled": compiled, "kernels": kernels}
     write_result(args.out, result)
     return json.loads(json.dumps(result))
+
+
+def compiled_reductions(layer, score_grad, first: int, causal: bool, probe, repeats: int, sync) -> dict:
+    """forward_layer_stats and grad_layer_stats compiled, on the same tensors: ms for the layers, the first call's
+    seconds (compilation), and the largest absolute difference of every value from the eager reduction's."""
+    import time
+
+    fwd, grad = torch.compile(probes.forward_layer_stats), torch.compile(probes.grad_layer_stats)
+    args = (layer["scores"], layer["pattern"], layer["q"], layer["k"], first, causal, probe.dead_jac)
+    started = time.perf_counter()
+    got = {"forward": fwd(*args), "grad": grad(score_grad, first)}
+    sync()
+    compile_s = time.perf_counter() - started
+    want = {"forward": probes.forward_layer_stats(*args), "grad": probes.grad_layer_stats(score_grad, first)}
+
+    def leaves(tree):
+        if isinstance(tree, dict):
+            return [x for key in sorted(tree) if key != "shape" for x in leaves(tree[key])]
+        return [tree.float().reshape(-1)]
+
+    diff = {name: max((a - b).abs().max().item() for a, b in zip(leaves(got[name]), leaves(want[name])))
+            for name in got}
+
+    def forward_stats():
+        for _ in range(probe.n_layer):
+            fwd(*args)
+
+    def grad_stats():
+        for _ in range(probe.n_layer):
+            grad(score_grad, first)
+
+    return {"forward_stats_ms": 1000 * timed(forward_stats, repeats, sync),
+            "grad_stats_ms": 1000 * timed(grad_stats, repeats, sync), "compile_s": compile_s,
+            "max_abs_diff_from_eager": diff}
 
 
 def profile_kernels(probe, top: int = 15) -> list[dict]:
