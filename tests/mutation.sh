@@ -24,7 +24,7 @@ PYTHON="${PYTHON:-python}"
 # module -> the files mutmut mutates (space-separated)
 declare -A SOURCE=(
   [attention]="andrea_exp/model/attention.py"
-  [choices]="andrea_exp/config/choices.py andrea_exp/config/variants.py"
+  [choices]="andrea_exp/config/variants.py"
   [data]="andrea_exp/data/sources.py"
   [metrics]="andrea_exp/instruments/metrics.py"
   [train]="andrea_exp/training/loop.py andrea_exp/training/graphed_step.py"
@@ -34,6 +34,14 @@ declare -A SOURCE=(
   [report_verdicts]="andrea_exp/report/effects.py andrea_exp/report/verdicts.py andrea_exp/report/reference.py
                      andrea_exp/report/claims/c2.py andrea_exp/report/claims/c3.py andrea_exp/report/claims/c4.py
                      andrea_exp/report/claims/c5.py andrea_exp/report/claims/c7.py andrea_exp/report/claims/c9.py"
+  # the literature's named rules: entropy collapse, the fixes' best-LR transfer and failure side, the largest logit
+  [report_literature]="andrea_exp/report/collapse.py andrea_exp/report/fixes.py andrea_exp/report/largest.py"
+  # the rules that set a seed or a place aside as the runs grow: memorising, a leak still growing
+  [report_scale]="andrea_exp/report/memorisation.py andrea_exp/report/leak_growth.py"
+  [visibility]="andrea_exp/model/visibility.py"
+  # the chunked loss, its output logits' statistics (log Z, largest logit) and z-loss
+  [output_logits]="andrea_exp/model/chunked_loss.py"
+  [gpu_memory]="andrea_exp/launch/gpu_memory.py"
 )
 # the rules lived in andrea_exp/report_rules.py before the report became a package
 [[ -f "$REPO/andrea_exp/report/rules.py" ]] || SOURCE[report_rules]="andrea_exp/report_rules.py"
@@ -69,6 +77,13 @@ declare -A TESTS=(
   [report_verdicts]="tests/test_report_statements.py tests/test_report_effects.py
                      --deselect tests/test_report_effects.py::test_write_report_first_screen"
   [head_gemms]="tests/test_head_gemms.py tests/test_model.py tests/test_fast_paths.py"
+  [report_literature]="tests/test_collapse.py tests/test_largest_logit.py tests/test_stability_fixes_report.py"
+  [report_scale]="tests/test_memorisation.py tests/test_leak_growth.py"
+  [visibility]="tests/test_visibility.py"
+  [output_logits]="tests/test_output_logits.py tests/test_fast_paths.py
+                   --deselect tests/test_fast_paths.py::test_chunked_loss_in_bf16_on_the_gpu_sums_d_w_in_float32"
+  [gpu_memory]="tests/test_gpu_memory.py
+                --deselect tests/test_gpu_memory.py::test_on_a_gpu_a_cell_waits_beside_a_cell_that_holds_the_memory_and_starts_once_it_ends"
 )
 
 # module -> mutant-name globs (mutmut's names: module.x_function, module.xǁClassǁmethod); empty: all
@@ -89,9 +104,18 @@ declare -A FUNCTIONS=(
                      andrea_exp.report.claims.c5.x_c5_unit_scale__mutmut_* andrea_exp.report.claims.c5.x_c5_proceeds__mutmut_*
                      andrea_exp.report.claims.c7.x_c7_leak__mutmut_* andrea_exp.report.claims.c7.x_untrained__mutmut_*
                      andrea_exp.report.claims.c9.x_c9_flat__mutmut_*"
+  [report_literature]=""
+  [report_scale]=""
+  [visibility]=""
+  [output_logits]=""
+  # the pure rule and the records it reads; the waiting loop and the peak recorder's thread are timing, not rules
+  [gpu_memory]="andrea_exp.launch.gpu_memory.x_room_for__mutmut_* andrea_exp.launch.gpu_memory.x_beside_and_need__mutmut_*
+                andrea_exp.launch.gpu_memory.x_records__mutmut_* andrea_exp.launch.gpu_memory.x_write_record__mutmut_*
+                andrea_exp.launch.gpu_memory.x_has_trained__mutmut_*"
 )
 
-DEFAULT_MODULES=(attention choices data metrics train report_rules report_verdicts head_gemms)
+DEFAULT_MODULES=(attention choices data metrics train report_rules report_verdicts head_gemms report_literature
+                 report_scale visibility output_logits gpu_memory)
 
 ensure_mutmut() {
   if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(m.version('mutmut') != '$MUTMUT_VERSION')" 2>/dev/null; then

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from andrea_exp.report.collapse import COLLAPSE_FRACTION, cell_collapsed, read
-from andrea_exp.report.effects import References
+from andrea_exp.report.collapse import COLLAPSE_FRACTION, Reading, cell_collapsed, read
+from andrea_exp.report.effects import References, threshold
 from andrea_exp.report.runs import Run
 from andrea_exp.runs import metric_keys as mk
 
@@ -68,3 +68,32 @@ def test_no_bigram_level_does_not_vote_and_a_cell_votes_over_the_seeds_it_can_re
     assert cell_collapsed([run(), run(entropy=HIGH), run(entropy=HIGH)], REFS) is False  # 1 of 3
     assert cell_collapsed([run(), run(), run(status="failed")], REFS) is True  # the failed seed does not vote
     assert cell_collapsed([run(status="diverged"), run(entropy=None)], REFS) is None  # nobody can be read
+
+
+def test_each_line_itself_is_on_the_not_collapsed_side():
+    """An entropy of exactly 0.1 x log T is not below the line; a loss exactly TRAINED (0.1) nats below the bigram
+    level counts as learned, not as at the bigram level."""
+    at_entropy_line = COLLAPSE_FRACTION * math.log(T)
+    assert at_entropy_line / math.log(T) == COLLAPSE_FRACTION  # the line itself, to the bit, at T = 128
+    reading = read(run(entropy=at_entropy_line), REFS)
+    assert reading.collapsed is False and ">= 0.1" in reading.why and "at the bigram level" in reading.why
+    learned = read(run(loss=BIGRAM - threshold("TRAINED")), REFS)
+    assert learned.collapsed is False and "< 0.1" in learned.why and "below the bigram level" in learned.why
+
+
+def test_a_context_of_two_keys_is_read_and_of_one_key_is_not():
+    """log 2 is the entropy of a uniform row over two keys; one key has no entropy to lose (log 1 = 0)."""
+    assert read(run(seq_len=2), REFS).entropy_fraction == pytest.approx(LOW / math.log(2))
+    assert read(run(seq_len=2), REFS).collapsed is True
+    one = read(run(seq_len=1), REFS)
+    assert one.collapsed is None and one.why == "not measured: no context length (data.seq_len)"
+    assert read(run(seq_len=True), REFS).collapsed is None  # a flag is not a length
+
+
+def test_why_a_run_does_not_vote_is_named():
+    no_bigram = References(floor=None, unigram=None, bigram=None, log_vocab=None, reference=None, l0=5.5)
+    assert read(run(), no_bigram).why == "not measured: no bigram level for its data"
+    assert read(run(entropy=None), REFS).why == "not measured: no attention entropy logged"
+    no_loss = Run(Path("/sweeps/extras/1"), {"data.seq_len": T}, {mk.RUN_STATUS: "finished"},
+                  [{"step": 1000, mk.ATTN_ENTROPY: LOW}])  # no held-out loss, no step-0 loss to stand for it
+    assert read(no_loss, REFS) == Reading(None, "not measured: no held-out loss")

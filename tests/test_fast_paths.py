@@ -249,3 +249,55 @@ def test_head_major_explicit_path_trains_like_sdpa_under_bf16_autocast():
     # bf16 GEMMs (8 bits of mantissa) in a different order: observed differences up to 2e-4 over 4 steps;
     # a gradient on the wrong rows moves the loss by far more
     assert a == pytest.approx(b, abs=2e-3)
+
+
+def test_chunked_loss_in_bf16_takes_its_softmax_in_float32():
+    """bf16 GEMMs, float32 softmax: the loss is the float32 cross-entropy of the bf16 logits, not a bf16 one
+    (bf16 keeps ~3 significant digits: a log-sum-exp of ~3 off by ~1e-2)."""
+    x, w, t = rows(n=64, d=16, v=50, dtype=torch.bfloat16)
+    chunked = linear_cross_entropy(x, w, t, 16)
+    assert chunked.dtype == torch.float32
+    reference = F.cross_entropy((x.detach() @ w.detach().t()).float(), t)
+    torch.testing.assert_close(chunked, reference, rtol=1e-6, atol=1e-6)
+
+
+def test_chunked_weight_gradient_scales_with_the_upstream_gradient():
+    x, w, t = rows()
+    (3.0 * linear_cross_entropy(x, w, t, 4)).backward()
+    gw3 = w.grad.clone()
+    w.grad = None
+    linear_cross_entropy(x, w, t, 4).backward()
+    torch.testing.assert_close(gw3, 3.0 * w.grad, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("needs", ["x", "w"])
+def test_chunked_gradient_when_only_one_input_needs_one(needs):
+    x, w, t = rows()
+    x.requires_grad_(needs == "x")
+    w.requires_grad_(needs == "w")
+    wanted = x if needs == "x" else w
+    (expected,) = torch.autograd.grad(F.cross_entropy(x @ w.t(), t), (wanted,))
+    (got,) = torch.autograd.grad(linear_cross_entropy(x, w, t, 5), (wanted,))
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_chunked_loss_runs_the_logits_gemm_alone_when_no_gradient_is_wanted():
+    """With gradients: three GEMMs per chunk (logits, d x, d W), nothing recomputed; under no_grad (evaluation,
+    whose weights still require gradients) the logits' GEMM alone."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class GEMMs(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func.overloadpacket.__name__ in ("mm", "addmm", "bmm", "matmul")
+            return func(*args, **(kwargs or {}))
+
+    x, w, t = rows()  # 23 rows in chunks of 5: 5 chunks
+    with torch.no_grad(), GEMMs() as evaluation:
+        linear_cross_entropy(x, w, t, 5)
+    with GEMMs() as training:
+        linear_cross_entropy(x, w, t, 5)
+    assert (evaluation.count, training.count) == (5, 15)

@@ -9,9 +9,11 @@ import math
 import pytest
 from test_report_effects import cells_of, make_run, spread
 
+from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims import c7
 from andrea_exp.report.effects import FAILS, HOLDS, NOT_MEASURED
-from andrea_exp.report.leak_growth import is_growing, last_rise, leak_series, not_reached
+from andrea_exp.report.leak_growth import is_growing, last_rise, leak_se, leak_series, not_reached
+from andrea_exp.report.leak_growth import pairs as leak_pairs
 from andrea_exp.report.set_aside import SetAside
 from andrea_exp.runs import metric_keys as mk
 
@@ -83,3 +85,43 @@ def test_c7_a_leak_above_the_threshold_holds_even_while_it_grows():
     stmt = c7.c7_leak(cells_of(pairs([2.1, 1.5])))  # leak 0.1 -> 0.5
     (place,) = stmt.places
     assert not isinstance(place, SetAside) and place.decision == HOLDS and stmt.verdict[0] == HOLDS
+
+
+def test_a_leaks_standard_error_is_sqrt_2_times_the_pairs_mean_se_from_whichever_logged_one():
+    causal, open_ = run(0, True, [2.2, 2.0]), run(0, False, [2.2, 1.9])
+    open_.summary[mk.EVAL_LOSS_SE] = 3 * SE
+    assert leak_se(causal, open_) == pytest.approx(math.sqrt(2) * 2 * SE)  # mean of 0.01 and 0.03
+    open_.summary[mk.EVAL_LOSS_SE] = float("nan")
+    assert leak_se(causal, open_) == pytest.approx(math.sqrt(2) * SE)  # the twin's NaN left out
+    for r in (causal, open_):
+        r.summary.pop(mk.EVAL_LOSS_SE)
+        for record in r.records:
+            record.pop(mk.EVAL_LOSS_SE, None)
+    assert leak_se(causal, open_) is None
+
+
+def test_the_last_rise_is_over_the_last_interval_and_one_se_exactly_is_not_growing():
+    series = [(250, 0.0), (500, 0.02), (750, 0.07)]
+    assert last_rise(series) == pytest.approx(0.05)  # 750 against 500, not 500 against 250
+    assert is_growing([(250, 0.0), (500, 0.5)], 0.5) is False  # a rise of exactly one SE
+
+
+def test_only_seeds_both_twins_finished_are_paired():
+    causal = Cell({}, [run(0, True, [2.2, 2.0]), run(1, True, [2.2, 2.0]), run(2, True, [2.2, 2.0])])
+    causal.runs[2].summary[mk.RUN_STATUS] = "diverged"
+    open_ = Cell({}, [run(0, False, [2.2, 1.9]), run(2, False, [2.2, 1.9]), run(3, False, [2.2, 1.9])])
+    assert sorted(leak_pairs(causal, open_)) == [0]  # seed 1 has no twin, 2 diverged, 3 has no causal run
+
+
+def test_c7_not_reached_names_the_last_evaluation_and_the_rise_is_shown_by_name():
+    stmt = c7.c7_leak(cells_of(pairs([2.4, 2.2, 1.95], causal_losses=(2.4, 2.2, 2.0), steps=(250, 500, 750))))
+    (place,) = stmt.places
+    assert isinstance(place, SetAside) and place.decision == not_reached(750)
+    (rise,) = place.shown
+    assert rise.name == "leak rise over the last evaluation interval" and rise.stat.mean == pytest.approx(0.05)
+
+
+def test_c7_with_one_evaluation_shows_no_rise():
+    stmt = c7.c7_leak(cells_of(pairs([1.95], causal_losses=(2.0,), steps=(500,))))
+    (place,) = stmt.places
+    assert place.shown == [] and not isinstance(place, SetAside)

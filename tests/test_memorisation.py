@@ -7,9 +7,18 @@ from __future__ import annotations
 import pytest
 from test_report_effects import cells_of, make_run, reference_runs, spread
 
+from andrea_exp.report.cells import Cell
 from andrea_exp.report.claims import c4, c5
 from andrea_exp.report.effects import HOLDS, NOT_MEASURED, Effect, Place
-from andrea_exp.report.memorisation import MEMORISED, is_memorised, memorisation, without_memorised
+from andrea_exp.report.memorisation import (
+    MEMORISED,
+    beside_training_loss,
+    is_memorised,
+    memorisation,
+    memorised_warning,
+    training_split_effect,
+    without_memorised,
+)
 from andrea_exp.report.repeats import data_warnings, epochs_text
 from andrea_exp.report.set_aside import SetAside
 from andrea_exp.report.verdicts import verdict_with_aside
@@ -154,3 +163,61 @@ def test_the_per_check_stall_votes_without_memorised_seeds():
     check = stall_check({"part": "stalls"}, cells["sqrt"], cells["none"], vote=True)
     assert check.where["memorised"] == "seed 1, 2"
     assert "; seeds 0: 0.209 x; 0 of 1 pass" in check.value  # only seed 0 votes (5 - 2.45 vs 5 - 1.99 closed)
+
+
+# ---------------------------------------------------------------- the rule's edges and the places it changes
+
+
+def test_the_standard_error_read_is_the_last_evaluations_and_must_be_positive():
+    three = (100, 200, 300)
+    rising = evals([2.9, 2.5, 2.6], [2.9, 2.4, 2.1], steps=three)
+    for step in (100, 200):
+        del rising[step][mk.EVAL_LOSS_SE]  # only the last evaluation logged its standard error: enough
+    found = memorisation(make_run(final=2.6, probes=rising))
+    assert found is not None and found.se == SE and found.memorised
+    no_last_se = evals([3.0, 3.5], [2.8, 2.0])
+    del no_last_se[500][mk.EVAL_LOSS_SE]
+    assert memorisation(make_run(final=3.5, probes=no_last_se)) is None
+    zero_se = make_run(final=3.5, probes=evals([3.0, 3.5], [2.8, 2.0], se=0.0))
+    assert memorisation(zero_se) is None  # a rise in units of a zero standard error means nothing
+
+
+def test_the_training_split_effect_reads_finished_runs_only_and_is_none_without_any():
+    finished_run = run_with([3.0, 3.3], [2.8, 2.0], seed=0)
+    diverged = run_with([3.0, 3.3], [2.8, 1.0], seed=1, status="diverged")
+    effect = training_split_effect(Cell({}, [finished_run, diverged]), lambda loss: 3.0 - loss)
+    assert effect.name == "progress on the training split" and effect.values == {0: pytest.approx(1.0)}
+    old = make_run(0, final=2.0)  # no training-split loss logged
+    assert training_split_effect(Cell({}, [old]), lambda loss: 3.0 - loss) is None
+
+
+def test_without_memorised_keeps_each_effects_name_and_bounds_and_filters_the_also_effects():
+    memorised = run_with([3.0, 3.5], [2.8, 2.0], seed=1)
+    cell = Cell({}, [memorised, run_with([3.0, 3.0], [2.8, 2.8], seed=0)])
+    also = Effect("q", {0: 1.0, 1: 9.0}, low=0.5)
+    shown = Effect("s", {0: 1.0})
+    place = Place({"d_k": 64}, Effect("p", {0: 0.1, 1: 0.2}, low=0.05, high=0.25), [also], [shown])
+    kept = without_memorised(place, cell)
+    assert kept.effect == Effect("p", {0: 0.1}, low=0.05, high=0.25)
+    assert kept.also == [Effect("q", {0: 1.0}, low=0.5)] and kept.shown == [shown]
+    alone = without_memorised(Place({"d_k": 64}, Effect("p", {1: 0.2}), [also], [shown]), cell)
+    assert isinstance(alone, SetAside) and alone.decision == MEMORISED
+    assert alone.also == [also] and alone.shown == [shown]  # set aside whole, shown as it was
+
+
+def test_beside_training_loss_adds_nothing_without_a_training_split_and_drops_a_twins_memorised_seed():
+    place = Place({"d_k": 64}, Effect("p", {0: 0.1, 1: 0.2}, high=0.25))
+    plain = Cell({}, [make_run(0, final=2.0), make_run(1, final=2.0)])  # no training-split loss logged
+    assert beside_training_loss(place, lambda loss: 3.0 - loss, plain).shown == []
+    twin = Cell({}, [run_with([3.0, 3.5], [2.8, 2.0], seed=1)])  # the twin memorised seed 1
+    kept = beside_training_loss(place, lambda loss: 3.0 - loss, plain, twin)
+    assert kept.effect.values == {0: 0.1} and kept.where["memorised"] == "seed 1"
+
+
+def test_the_data_box_names_each_memorised_run():
+    runs = [run_with([3.0, 3.3], [2.8, 2.0], seed=s) for s in (1, 2)]
+    assert memorised_warning(runs, label=lambda r: f"seed {r.seed}") == (
+        "2 runs memorised their training data (held-out loss rose >= 3 SE above its best while the training-split "
+        "loss fell; not counted as stalls): seed 1: held-out 3.000 (step 250) -> 3.300 (step 500), +15.0 SE; "
+        "training split 2.800 -> 2.000; seed 2: held-out 3.000 (step 250) -> 3.300 (step 500), +15.0 SE; training "
+        "split 2.800 -> 2.000")

@@ -149,3 +149,21 @@ def test_every_training_step_logs_the_output_logits_and_z_loss_when_on(tmp_path)
             assert (K.TRAIN_Z_LOSS in r) == (z_loss > 0)
             if z_loss:  # log Z^2 >= (mean log Z)^2: the term is at least z * mean^2
                 assert r[K.TRAIN_Z_LOSS] >= z_loss * r[K.TRAIN_OUT_LOGZ_MEAN] ** 2 * (1 - 1e-6)
+
+
+def test_without_z_loss_asked_for_the_loss_is_the_plain_cross_entropy():
+    loss, _ = linear_cross_entropy_with_stats(X, W, T)  # no z_loss given: none
+    assert loss.item() == pytest.approx(((LOGZ[0] - 1.0) + (LOGZ[1] - 0.0)) / 2, rel=1e-12)
+
+
+def test_a_compiled_model_adds_the_z_loss_term_too(monkeypatch):
+    """Inside a model being compiled the loss takes its own path (chunked_loss._outside_the_graph); z-loss goes
+    along. Shown without compiling: the compiler is said to be tracing, and the chunk step is the plain one."""
+    from andrea_exp.model import chunked_loss
+
+    z = 1e-2
+    eager = linear_cross_entropy(X, W, T, 1, z_loss=z)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(chunked_loss, "compiled_chunk_step", lambda: chunked_loss.chunk_step)
+    assert linear_cross_entropy(X, W, T, 1, z_loss=z).item() == pytest.approx(eager.item(), rel=1e-12)
+    assert eager.item() == pytest.approx(((LOGZ[0] - 1.0) + LOGZ[1]) / 2 + z * (LOGZ[0] ** 2 + LOGZ[1] ** 2) / 2)

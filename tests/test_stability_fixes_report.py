@@ -24,6 +24,7 @@ from andrea_exp.report.fixes import (
     failure_side,
     fixes_section,
     grouped,
+    sides,
     transfer,
 )
 from andrea_exp.report.runs import Run
@@ -202,3 +203,141 @@ def test_the_growth_section_keeps_a_fix_added_to_the_divisor_apart_from_the_divi
             for lr in GRID]
     assert sorted(growth.grouped(cells_of(runs))) == [(4096, "scale=sqrt ln=False"),
                                                       (4096, "scale=sqrt ln=False softcap=50")]
+
+
+# ------------------------------------------------------------------ boundaries and the section's tables
+def tables(text: str) -> dict[str, list[dict[str, str]]]:
+    """The section's markdown tables, each as rows of {column: cell}, by its first column's header; every table
+    line a well-formed row (`| a | b |`)."""
+    found, block = {}, []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append(line)
+            continue
+        if block:
+            assert all(row.startswith("| ") or row.startswith("|-") for row in block) and \
+                all(row.endswith("|") for row in block), block
+            header = [c.strip() for c in block[0].strip("|").split(" | ")]
+            assert set(block[1]) == {"|", "-"}, block[1]
+            rows = [dict(zip(header, (c.strip() for c in row.strip("|").split(" | ")))) for row in block[2:]]
+            found.setdefault(header[0] + " " + header[1], rows)
+            block = []
+    return found
+
+
+def test_no_runs_and_no_known_loss_do_not_vote_and_three_lrs_can_bracket():
+    assert best_lr({}, REFS) == BestLR(None, False, "no runs")
+    unknown = [run("sqrt", 64, lr, final=None) for lr in GRID[:3]]
+    for r in unknown:
+        r.records.pop(0)  # no step-0 loss either: nothing stands for the missing final loss
+    assert best_lr(grouped(cells_of(unknown))[("scale=sqrt ln=False", 64)], REFS) == \
+        BestLR(None, False, "no known loss")
+    three = [run("sqrt", 64, lr, seed, final=loss) for lr, loss in zip(GRID[1:4], (1.3, 1.0, 1.3)) for seed in range(3)]
+    assert best_lr(grouped(cells_of(three))[("scale=sqrt ln=False", 64)], REFS) == BestLR(2.5e-3, True, "bracketed")
+
+
+def test_every_d_k_voting_names_no_silent_one():
+    b = BestLR(1.2e-2, True, "bracketed")
+    assert "does not vote" not in transfer({64: b, 256: b}, GRID).why
+
+
+@pytest.mark.parametrize("attn,out,side", [
+    (100.0, 300.0, OUTPUT),  # at ATTN_LARGE: not exceeded, so the output side
+    (100.0, 100.0, OUTPUT),  # an output logit that reached OUT_LARGE
+    (100.0, 99.9, NEITHER),
+    (100.1, 300.0, ATTENTION),
+])
+def test_failure_side_at_its_lines(attn, out, side):
+    assert failure_side(run("inv_ln", final=3.4, attn=attn, out=out), REFS, mk.ATTN_SCORE_MAX_MAX) == side
+
+
+def test_sides_count_each_side_and_place_only_the_output_side_failures():
+    groups = grouped(cells_of(output_failures("inv_ln", 3)))
+    s = sides(groups, "scale=inv ln=True", REFS, mk.ATTN_SCORE_MAX_MAX)
+    assert s.counts == {OUTPUT: 3, TRAINS: 3} and s.measured == 6
+    assert s.output_at == {(4096, 6e-2): 3}
+
+
+def test_z_loss_with_no_output_side_failures_either_way_has_nothing_to_remove():
+    text = section(output_failures("inv_ln", 0) + output_failures("inv_ln_z", 0))
+    assert z_line(text) == ("- z-loss on `scale=inv ln=True`: **nothing to remove**: 0 of 6 runs fail on the output "
+                            "side with z-loss off, 0 of 6 with `scale=inv ln=True z_loss=0.0001`")
+
+
+def test_two_z_loss_fixes_get_one_statement_each():
+    plain_z = output_failures("inv_ln_z", 0)
+    for r in plain_z:
+        r.config["model.qk_layernorm"] = False
+    text = section(output_failures("inv_ln", 3) + output_failures("inv_ln_z", 0) + plain_z)
+    lines = [line for line in text.splitlines() if "z-loss on" in line]
+    assert len(lines) == 2 and all(line.startswith("- z-loss on `") for line in lines)
+    assert lines[0] == ("- z-loss on `scale=inv ln=False`: **not measured** (no run of `scale=inv ln=False` without "
+                        "z-loss)")
+    assert lines[1].startswith("- z-loss on `scale=inv ln=True`: **removes**")
+
+
+def three_rows() -> list[Run]:
+    """sqrt at d_k 64 over the whole grid (best 2.5e-3); inv at d_k 64 (best 2.5e-3) and 256 (never trains, final
+    3.0) without the largest LR; softcap at d_k 64, also without it, with no known loss (no final loss, no step-0
+    loss)."""
+    runs = sweep("sqrt", {64: 2.5e-3})
+    runs += [run("inv", 64, lr, seed, final=loss)
+             for lr, loss in v_curve(2.5e-3, GRID[:5]).items() for seed in range(3)]
+    runs += [run("inv", 256, lr, seed, final=3.0) for lr in GRID[:5] for seed in range(3)]
+    unknown = [run("softcap", 64, lr, seed, final=None) for lr in GRID[:5] for seed in range(3)]
+    for r in unknown:
+        r.records.pop(0)
+    return runs + unknown
+
+
+def test_the_section_tables_by_hand():
+    text = section(three_rows())
+    assert text.startswith("## Every fix at every d_k\n\n")
+    found = tables(text)
+    main = {(r["fix"], r["d_k"]): r for r in found["fix d_k"]}
+    shared = "LR sensitivity over lr 0.0001, 0.0005, 0.0025, 0.012, 0.06"  # the LRs every row ran
+    sqrt = main[("scale=sqrt ln=False", "64")]
+    assert [sqrt[f"loss at lr={lr:g}"] for lr in GRID] == ["1.600", "1.300", "1.000", "1.300", "1.600", "1.900"]
+    assert sqrt["LRs that train"] == "0.0001, 0.0005, 0.0025, 0.012, 0.06, 0.3"
+    assert sqrt["best LR"] == "0.0025 (bracketed)"
+    assert sqrt[shared].startswith("0.36 ± 0 (n=3;")  # (0.6 + 0.3 + 0 + 0.3 + 0.6) / 5, not over 0.3 as well
+    inv = main[("scale=inv ln=False", "256")]
+    assert inv["loss at lr=0.3"] == "-" and inv["loss at lr=0.06"] == "3.000"
+    assert inv["LRs that train"] == "none" and inv["best LR"] == "0.0001 (never trains)"
+    assert inv[shared].startswith("never trains: not ranked (0 ± 0 (n=3;")
+    assert main[("scale=sqrt ln=False softcap=50", "64")]["best LR"] == "-"
+    transfer_rows = {r["fix"]: r for r in found["fix best LR, d_k 64"]}
+    assert transfer_rows["scale=inv ln=False"]["best LR, d_k 64"] == "0.0025"
+    assert transfer_rows["scale=inv ln=False"]["best LR, d_k 256"] == "0.0001"
+    assert transfer_rows["scale=sqrt ln=False"]["best LR, d_k 256"] == "-"  # sqrt did not run d_k 256
+    assert transfer_rows["scale=sqrt ln=False softcap=50"]["best LR, d_k 64"] == "-"  # no known loss
+    assert transfer_rows["scale=sqrt ln=False"]["the best LR transfers across d_k"].startswith("**not measured**")
+    side_rows = {r["fix"]: r for r in found["fix runs read"]}
+    assert side_rows["scale=inv ln=False"] == {
+        "fix": "scale=inv ln=False", "runs read": "30", "train": "15", "fail: attention side": "0",
+        "fail: output side": "0", "fail: neither": "15", "not measured": "0", "output-side failures at": "-"}
+    sqrt_sides = side_rows["scale=sqrt ln=False"]
+    assert sqrt_sides["train"] == "18" and sqrt_sides["fail: neither"] == "0"
+    assert f"with the largest attention logit, max over heads and layers (`{mk.ATTN_SCORE_MAX_MAX}`)" in text
+
+
+def test_without_levels_passed_the_section_reads_them_from_its_runs():
+    runs = three_rows()
+    for r in runs:
+        r.summary.update({mk.EVAL_FLOOR: REFS.floor, mk.DATA_UNIGRAM_XENT: REFS.unigram,
+                          mk.DATA_BIGRAM_XENT: REFS.bigram, mk.DATA_LOG_VOCAB: REFS.log_vocab})
+    assert fixes_section(cells_of(runs)) == section(runs)
+
+
+def test_no_stability_fixes_runs_names_the_script_to_run():
+    text = fixes_section(cells_of([run(name="lr_sensitivity", lr=lr) for lr in GRID]), {})
+    assert "run `experiments/stability_fixes.sh` and pass its sweep directory" in text
+
+
+def test_output_side_failures_are_placed_at_each_d_k_and_lr_and_all_voting_d_k_leave_nothing_unsaid():
+    text = section(output_failures("inv_ln", 4))  # 3 at lr 0.06, 1 at lr 0.3
+    row = next(r for r in tables(text)["fix runs read"] if r["fix"] == "scale=inv ln=True")
+    assert row["output-side failures at"] == "d_k 4096 lr 0.06: 3, d_k 4096 lr 0.3: 1"
+    b = BestLR(1.2e-2, True, "bracketed")
+    assert transfer({64: b, 256: b}, GRID).why == ("best LR 0.012 at d_k 64, 0.012 at d_k 256: 0 grid step(s) apart "
+                                                   "(<= 1)")

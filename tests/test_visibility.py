@@ -163,3 +163,11 @@ def test_the_kernels_own_key_ranges_follow_the_rule(block_m, block_n, causal):
         assert torch.equal(seen.cpu(), walked(T, causal, block_m, block_n)), f"T {T}"  # the Python walk is theirs
         assert_walk_is_the_rule(seen.cpu(), T, causal, f"T {T}")
         assert torch.equal(count[:T].cpu(), visible_count(T, T, causal).int()), f"T {T}"
+
+
+def test_the_mask_and_the_counts_are_made_on_the_device_asked_for():
+    """A GPU caller gets them on its GPU, with no copy from the host: shown here on PyTorch's meta device (shapes
+    and devices, no data), which a CPU machine has too."""
+    assert visible_keys(3, 5, True, device="meta").device.type == "meta"
+    assert visible_keys(3, 5, True, device="meta").shape == (3, 5)
+    assert visible_count(3, 5, False, device="meta").device.type == "meta"
