@@ -201,3 +201,20 @@ def test_the_command_reads_every_package_of_debian_docs_already_downloaded(tmp_p
         "sqlite3-doc/usr/share/doc/sqlite3/atomiccommit.html.txt",
         "vim-runtime/usr/share/vim/vim90/doc/usr_01.txt",
     ]
+
+
+def test_the_measured_version_is_fetched_where_the_archive_serves_it(tmp_path):
+    """Through the real apt-get: a version the archive does not serve falls back to the one apt's lists name;
+    a version it serves is the one fetched (here: the fallback's own version, asked for by number)."""
+    if shutil.which("apt-get") is None:
+        pytest.skip("no apt-get on this machine")
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    try:
+        deb = corpora.debian_package("hello", first, version="0.0-not-in-the-archive")
+    except ConfigError as err:
+        pytest.skip(f"Debian's archive is not reachable here: {err}")
+    version = debian.version(deb)
+    assert version != "0.0-not-in-the-archive"
+    again = corpora.debian_package("hello", second, version=version)
+    assert debian.version(again) == version and again.read_bytes() == deb.read_bytes()

@@ -136,8 +136,10 @@ def join_texts(archive: Path, members: str, out: Path) -> int:
     return len(text)
 
 
-def debian_package(package: str, into: Path) -> Path:
-    """The package's .deb in `into`, fetched with `apt-get download` (no root needed) unless one is there."""
+def debian_package(package: str, into: Path, version: str | None = None) -> Path:
+    """The package's .deb in `into`, fetched with `apt-get download` (no root needed) unless one is there: the
+    given version where the archive still serves it (the corpus's bytes then match the measured ones), else the
+    version apt's package lists name."""
     found = sorted(into.glob(f"{package}_*.deb"))
     if len(found) > 1:
         raise ConfigError(f"{into} holds {len(found)} files {package}_*.deb ({', '.join(f.name for f in found)}); "
@@ -147,7 +149,12 @@ def debian_package(package: str, into: Path) -> Path:
     if shutil.which("apt-get") is None:
         raise ConfigError(f"fetching {package} needs apt-get (Debian's apt), which is not on PATH; or put its .deb "
                           f"in {into}")
-    done = subprocess.run(["apt-get", "download", "-q", package], cwd=into, capture_output=True, text=True)
+    done = None
+    if version is not None:
+        done = subprocess.run(["apt-get", "download", "-q", f"{package}={version}"], cwd=into, capture_output=True,
+                              text=True)
+    if done is None or done.returncode != 0:
+        done = subprocess.run(["apt-get", "download", "-q", package], cwd=into, capture_output=True, text=True)
     found = sorted(into.glob(f"{package}_*.deb"))
     if done.returncode != 0 or len(found) != 1:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -169,11 +176,11 @@ def fetch_documents(name: str, corpus: Documents, into: Path) -> Path:
     PROVENANCE; it replaces an earlier folder whole only once every package has been read."""
     packages, written = [], {}
     for package in corpus.packages:
-        deb = debian_package(package.name, into)
+        deb = debian_package(package.name, into, package.version)
         version = debian.version(deb)
         if version != package.version:
             print(f"[andrea-exp] note: {deb.name} is version {version}, not the {package.version} the corpus was "
-                  "measured with", flush=True)
+                  "measured with (apt-get update may bring apt's package lists up to it)", flush=True)
         kept = skipped = 0
         size = 0
         for path, content in debian.documents(deb, package.select):
