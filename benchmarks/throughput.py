@@ -1,4 +1,5 @@
-"""ANDREA-120M against a plain GPT-2-124M (benchmarks/reference_gpt.py), side by side in one process.
+"""ANDREA-120M against a plain GPT-2-124M (benchmarks/reference_gpt.py, or nanoGPT's own model.py with --nanogpt),
+side by side in one process.
 
 Both models are built, compiled and warmed, then timed in alternation A/B/A/B: each pair is one window
 of --window steps of the reference and one of ANDREA, on the same batches. ANDREA runs andrea_exp's
@@ -13,6 +14,13 @@ SDPA kernel at the model's attention shape, and ablations (--variant) of the fas
     PYTHONPATH=. python3 benchmarks/throughput.py                   # H200: about 3-4 minutes
     PYTHONPATH=. python3 benchmarks/throughput.py --smoke           # tiny shapes on CPU, seconds
     PYTHONPATH=. python3 benchmarks/throughput.py --smoke --device cuda  # tiny shapes, compiled and graphed
+    git clone https://github.com/karpathy/nanoGPT /tmp/nanoGPT            # the reference as nanoGPT trains it:
+    PYTHONPATH=. python3 benchmarks/throughput.py --nanogpt /tmp/nanoGPT/model.py --override train.attn_stats=every
+
+With --nanogpt the reference is nanoGPT's GPT from that file, built as its train.py builds GPT-2-124M from scratch
+(no bias, no dropout, the same vocabulary, T and batch), trained with its own configure_optimizers (fused AdamW on
+CUDA) under the same bf16 autocast and torch.compile; the JSON then also holds nanogpt_tokens_per_s,
+andrea_tokens_per_s and ratio_vs_nanogpt, and the file's SHA-256.
 
 The same ANDREA-120M step with the training batch's attention statistics (train.attn_stats=every, and every
 10th step) against it without them, A/B in one process: benchmarks/attn_stats_cost.py (built on this file's pieces).
@@ -23,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
+import importlib.util
 import json
 import shlex
 import statistics
@@ -64,6 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variant", action="append", default=None, metavar="K=V[,K=V]",
                         help=f"an ablation timed against the reference after the headline (repeatable); "
                              f"default {' and '.join(DEFAULT_VARIANTS)}; 'none' for none")
+    parser.add_argument("--nanogpt", type=Path, default=None, metavar="MODEL_PY",
+                        help="nanoGPT's model.py: the reference is its GPT (GPT-2-124M as its train.py builds it)")
     parser.add_argument("--no-sdpa-sweep", action="store_true", help="skip the per-kernel attention timing")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="after warm-up, the CUDA kernels of this many steps of each model (no probe), by time")
@@ -82,6 +94,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device = "cpu" if args.smoke else "cuda"
     if args.out is None:
         args.out = Path(tempfile.gettempdir()) / "throughput_smoke.json" if args.smoke else DEFAULT_OUT
+    if args.nanogpt is not None and not args.nanogpt.is_file():
+        parser.error(f"--nanogpt: no file {args.nanogpt} (nanoGPT's model.py)")
     if args.pairs < 1 or args.warmup_steps < 1 or (args.window is not None and args.window < 1):
         parser.error("--pairs, --warmup-steps and --window must be >= 1")
     return args
@@ -105,24 +119,48 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class ReferenceRun:
-    """The plain GPT-2 on the same batches: forward, backward, clip to norm 1, fused AdamW."""
+def load_nanogpt(path: Path):
+    """nanoGPT's model.py as a module (its GPT and GPTConfig), imported from the file a user cloned."""
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, cfg, data, device: torch.device, autocast, compile_mode: str, compile_on: bool):
+
+class ReferenceRun:
+    """The plain GPT-2 on the same batches: forward, backward, clip to norm 1, fused AdamW. With `nanogpt` (the
+    module of nanoGPT's model.py) the model and its optimiser are nanoGPT's own."""
+
+    def __init__(self, cfg, data, device: torch.device, autocast, compile_mode: str, compile_on: bool,
+                 nanogpt=None):
         torch.manual_seed(cfg.seed)
-        gpt = GPTConfig(vocab_size=data.vocab_size, block_size=cfg.data.seq_len, n_layer=cfg.model.n_layer,
-                        n_head=cfg.model.n_head, d_model=cfg.model.d_model)
-        self.model = GPT(gpt).to(device)
-        tc = cfg.train
-        self.optimizer = self.model.optimizer(tc.lr, tc.weight_decay, (tc.beta1, tc.beta2), fused=device.type == "cuda")
+        tc, mc = cfg.train, cfg.model
+        if nanogpt is None:
+            gpt = GPTConfig(vocab_size=data.vocab_size, block_size=cfg.data.seq_len, n_layer=mc.n_layer,
+                            n_head=mc.n_head, d_model=mc.d_model)
+            self.model = GPT(gpt).to(device)
+            self.optimizer = self.model.optimizer(tc.lr, tc.weight_decay, (tc.beta1, tc.beta2),
+                                                  fused=device.type == "cuda")
+        else:  # as nanoGPT's train.py builds GPT-2-124M from scratch: no bias, no dropout
+            gpt = nanogpt.GPTConfig(block_size=cfg.data.seq_len, vocab_size=data.vocab_size, n_layer=mc.n_layer,
+                                    n_head=mc.n_head, n_embd=mc.d_model, dropout=0.0, bias=False)
+            self.model = nanogpt.GPT(gpt).to(device)
+            self.optimizer = self.model.configure_optimizers(tc.weight_decay, tc.lr, (tc.beta1, tc.beta2),
+                                                             device.type)
+        self.returns_logits = nanogpt is not None  # nanoGPT's forward gives (logits, loss)
+        self.params = sum(p.numel() for p in self.model.parameters())
         self.train_model = torch.compile(self.model, mode=compile_mode) if compile_on else self.model
         self.data, self.autocast, self.batch_size, self.seed = data, autocast, tc.batch_size, cfg.seed
         self.log_every, self.step_no, self.window = tc.log_every, 0, []
 
     def step(self, with_probe: bool = True) -> None:
         x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
+        if self.returns_logits:  # nanoGPT's loader hands its model contiguous batches (its loss uses .view)
+            x, y = x.contiguous(), y.contiguous()
         with self.autocast():
             loss = self.train_model(x, y)
+        if self.returns_logits:
+            loss = loss[1]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -252,7 +290,10 @@ def main(argv=None) -> dict:
         "batch_size": args.batch_size, "seq_len": args.seq_len, "vocab_size": args.vocab,
         "compile_mode": args.compile_mode, "andrea_overrides": andrea_overrides(args) + args.override,
         "probe_every": cfg.probe.every, "probe_batch_size": cfg.probe.batch_size, "window_steps": window,
-        "target_ratio": TARGET_RATIO, "goal_ratio": GOAL_RATIO})
+        "target_ratio": TARGET_RATIO, "goal_ratio": GOAL_RATIO, "attn_stats": cfg.train.attn_stats,
+        "reference": "nanoGPT" if args.nanogpt else "benchmarks/reference_gpt.py",
+        "nanogpt_model_py": None if args.nanogpt is None else {
+            "path": str(args.nanogpt), "sha256": hashlib.sha256(args.nanogpt.read_bytes()).hexdigest()}})
     tokens_per_window = args.batch_size * args.seq_len * window
 
     def say(text: str) -> None:
@@ -262,10 +303,10 @@ def main(argv=None) -> dict:
     andrea = CellRun(cfg, Path(tmp.name))
     device = andrea.cell.rt.device
     reference = ReferenceRun(cfg, andrea.cell.data, device, andrea.cell.rt.autocast, args.compile_mode,
-                             cfg.train.compile)
-    say(f"ANDREA {andrea.cell.model.num_params():,} parameters, reference {reference.model.num_params():,}; "
+                             cfg.train.compile, nanogpt=load_nanogpt(args.nanogpt) if args.nanogpt else None)
+    say(f"ANDREA {andrea.cell.model.num_params():,} parameters, reference {reference.params:,}; "
         f"{device_name}, torch {torch.__version__}")
-    result.update(params=andrea.cell.model.num_params(), reference_params=reference.model.num_params(),
+    result.update(params=andrea.cell.model.num_params(), reference_params=reference.params,
                   model_config={k: v for k, v in vars(andrea.cell.model.cfg).items()})
 
     if not args.no_sdpa_sweep:
@@ -352,6 +393,9 @@ def main(argv=None) -> dict:
                   ratio_target_met=ratio >= TARGET_RATIO,
                   memory_target_met=None if reference_peak is None else max(peaks) <= reference_peak,
                   andrea_last_loss=andrea.losses[-1] if andrea.losses else None)
+    if args.nanogpt is not None:  # the same figures under the names that say what the reference is
+        result.update(nanogpt_tokens_per_s=result.data["reference_tokens_per_s"],
+                      andrea_tokens_per_s=result.data["tokens_per_s"], ratio_vs_nanogpt=ratio)
     say(f"ANDREA {result.data['tokens_per_s']:,.0f} tok/s, reference {result.data['reference_tokens_per_s']:,.0f} "
         f"tok/s: median ratio {ratio:.3f} (target {TARGET_RATIO}, goal {GOAL_RATIO})")
 

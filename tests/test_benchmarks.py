@@ -7,6 +7,7 @@ absent."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -77,9 +78,69 @@ def test_throughput_runs_on_the_cpu(tmp_path: Path):
     assert written["variants"]["model.fused_qkv=false"]["loss_max_abs_diff_first_10_steps"] < 1e-5
 
 
+# nanoGPT's model.py interface (GPTConfig's fields, forward -> (logits, loss), configure_optimizers), as a file a
+# user clones: here over benchmarks/reference_gpt.py, so the suite needs no network
+NANOGPT_SHAPED = """
+from dataclasses import dataclass
+import torch
+import torch.nn.functional as F
+from benchmarks import reference_gpt
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+class GPT(reference_gpt.GPT):
+    def __init__(self, config):
+        assert config.dropout == 0.0 and config.bias is False  # GPT-2-124M as nanoGPT's train.py builds it
+        super().__init__(reference_gpt.GPTConfig(vocab_size=config.vocab_size, block_size=config.block_size,
+                                                 n_layer=config.n_layer, n_head=config.n_head, d_model=config.n_embd))
+
+    def forward(self, idx, targets=None):
+        targets.view(-1)  # nanoGPT's loss views its targets: a batch must come contiguous
+        return None, super().forward(idx, targets)
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        return self.optimizer(learning_rate, weight_decay, betas, fused=device_type == "cuda")
+"""
+
+
+def run_throughput_against_nanogpt(tmp_path: Path, *extra: str) -> dict:
+    tmp_path.mkdir(exist_ok=True)
+    model_py = tmp_path / "model.py"
+    model_py.write_text(NANOGPT_SHAPED)
+    written = run_throughput(tmp_path, "--nanogpt", str(model_py), "--override", "train.attn_stats=every", *extra)
+    assert written["reference"] == "nanoGPT" and written["attn_stats"] == "every"
+    assert written["nanogpt_model_py"]["sha256"] == hashlib.sha256(model_py.read_bytes()).hexdigest()
+    assert written["nanogpt_tokens_per_s"] == written["reference_tokens_per_s"] > 0
+    assert written["andrea_tokens_per_s"] == written["tokens_per_s"] > 0
+    assert written["ratio_vs_nanogpt"] == written["ratio"]
+    return written
+
+
+def test_throughput_against_nanogpt_runs_on_the_cpu(tmp_path: Path):
+    run_throughput_against_nanogpt(tmp_path)
+
+
+def test_throughput_refuses_a_missing_nanogpt_file(tmp_path: Path, capsys):
+    from benchmarks.throughput import main
+
+    with pytest.raises(SystemExit):
+        main(["--smoke", "--nanogpt", str(tmp_path / "nowhere.py")])
+    assert "--nanogpt: no file" in capsys.readouterr().err
+
+
 @pytest.mark.gpu
 def test_throughput_runs_on_the_gpu(tmp_path: Path):
     written = run_throughput(tmp_path, "--device", "cuda")
+    against = run_throughput_against_nanogpt(tmp_path / "nanogpt", "--device", "cuda")
+    assert against["gpu"] != "cpu" and against["peak_mem_gb"] > 0
     assert written["andrea_step_graphed"] is True and written["variants"]["model.fused_qkv=false"]["step_graphed"]
     for key in ("peak_mem_gb", "reference_peak_mem_gb", "andrea_train_step_peak_mem_gb", "andrea_probe_peak_mem_gb"):
         assert written[key] > 0, key
