@@ -73,7 +73,9 @@ def read_events(path: Path) -> list[dict]:
 def run_command(argv: list[str], events_file: Path, cwd: Path, tree: Path = ROOT) -> tuple:
     """(launch, exit, pid, spans, output tail) of one process of `tree`'s code with the timeline switched on:
     launch and exit in wall-clock seconds, as the spans."""
-    env = {**os.environ, "ANDREA_EXP_TIMELINE": str(events_file), "PYTHONPATH": str(tree)}
+    # the tree's code first; what PYTHONPATH held stays behind it (packages installed with --target, say)
+    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "ANDREA_EXP_TIMELINE": str(events_file), "PYTHONPATH": path}
     env.setdefault("WANDB_MODE", "offline")
     env.setdefault("WANDB_SILENT", "true")
     launch = time.time()

@@ -4,6 +4,8 @@ cases), and the script itself on a tiny default run."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -99,3 +101,11 @@ def test_the_script_times_a_tiny_default_run(tmp_path):
     pngs = sorted(p.name for p in (tmp_path / "work" / "this" / "default_run_0" / "attention_maps").glob("*.png"))
     assert pngs == ["step0000000_L0.png", "step0000000_L1.png", "step0000002_L0.png", "step0000002_L1.png",
                     "step0000003_L0.png", "step0000003_L1.png"]
+
+
+def test_a_command_runs_the_trees_code_first_and_keeps_what_pythonpath_held(tmp_path, monkeypatch):
+    """Packages installed beside the interpreter with --target (the GPU machine's) stay importable."""
+    monkeypatch.setenv("PYTHONPATH", "/opt/site-packages-elsewhere")
+    argv = [sys.executable, "-c", "import os; print(os.environ['PYTHONPATH'])"]
+    *_, output = bench.run_command(argv, tmp_path / "events.jsonl", tmp_path, tree=tmp_path / "tree")
+    assert output.strip() == os.pathsep.join([str(tmp_path / "tree"), "/opt/site-packages-elsewhere"])
