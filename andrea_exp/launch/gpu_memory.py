@@ -178,6 +178,7 @@ def shared_gpu(sweep_dir: Path, gpu: str, device: str, cell: int, run_dir: Path,
     import torch
 
     index = torch.device(device).index or 0
+    torch.cuda.init()  # the allocator's statistics exist only once CUDA has started: a new worker's has not
     torch.cuda.empty_cache()  # the worker's previous cell's cached blocks are not this cell's
     torch.cuda.reset_peak_memory_stats(index)
     if not wait_for_room(sweep_dir, gpu, cell, lambda: torch.cuda.mem_get_info(index), stop_asked):
