@@ -47,12 +47,14 @@ def test_chunked_loss_by_hand_on_two_rows():
 
 
 def test_chunked_gradient_scales_with_the_upstream_gradient():
+    """Both inputs' gradients: the input's and the weight's."""
     x, w, t = rows()
     (3.0 * linear_cross_entropy(x, w, t, 4)).backward()
-    gx3 = x.grad.clone()
-    x.grad = None
+    gx3, gw3 = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
     linear_cross_entropy(x, w, t, 4).backward()
     torch.testing.assert_close(gx3, 3.0 * x.grad, rtol=1e-12, atol=0)
+    torch.testing.assert_close(gw3, 3.0 * w.grad, rtol=1e-12, atol=0)
 
 
 def test_chunked_loss_without_grad_and_bad_input():
@@ -259,15 +261,6 @@ def test_chunked_loss_in_bf16_takes_its_softmax_in_float32():
     assert chunked.dtype == torch.float32
     reference = F.cross_entropy((x.detach() @ w.detach().t()).float(), t)
     torch.testing.assert_close(chunked, reference, rtol=1e-6, atol=1e-6)
-
-
-def test_chunked_weight_gradient_scales_with_the_upstream_gradient():
-    x, w, t = rows()
-    (3.0 * linear_cross_entropy(x, w, t, 4)).backward()
-    gw3 = w.grad.clone()
-    w.grad = None
-    linear_cross_entropy(x, w, t, 4).backward()
-    torch.testing.assert_close(gw3, 3.0 * w.grad, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("needs", ["x", "w"])
