@@ -123,3 +123,12 @@ def write_result(path: Path | None, result: dict) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def packed_qkv(B: int, H: int, T: int, d: int, generator):
+    """q, k, v (B, H, T, d) in bf16 as the model's fused projection gives them: views of one (B, T, 3, H, d) tensor
+    drawn from `generator` on its device."""
+    import torch
+
+    packed = torch.randn(B, T, 3, H, d, device=generator.device, dtype=torch.bfloat16, generator=generator)
+    return tuple(packed[:, :, i].transpose(1, 2) for i in range(3))

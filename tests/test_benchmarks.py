@@ -483,3 +483,14 @@ def test_every_benchmark_script_has_a_gpu_test_that_runs_it():
     missing = sorted(s for s in scripts
                      if f"{s} import" not in gpu_text and f"{s.replace('.', '/')}.py" not in gpu_text)
     assert not missing, f"benchmark scripts without a gpu test: {missing}"
+
+
+def test_packed_qkv_are_views_of_one_tensor_as_the_models_projection_gives_them():
+    from benchmarks.common import packed_qkv
+
+    q, k, v = packed_qkv(2, 3, 5, 4, torch.Generator().manual_seed(0))
+    packed = torch.randn(2, 5, 3, 3, 4, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+    for i, t in enumerate((q, k, v)):
+        assert t.shape == (2, 3, 5, 4) and t.dtype == torch.bfloat16 and not t.is_contiguous()
+        assert t.untyped_storage().data_ptr() == q.untyped_storage().data_ptr()
+        assert torch.equal(t, packed[:, :, i].transpose(1, 2))

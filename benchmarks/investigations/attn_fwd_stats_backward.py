@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from andrea_exp.model.attn_fwd_stats_kernel import attention_with_stats
-from benchmarks.common import timed
+from benchmarks.common import packed_qkv, timed
 
 B, H, T, D = 32, 12, 1024, 64
 SCALE = D ** -0.5
@@ -65,8 +65,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     batch = args.batch_size
     gen = torch.Generator(device="cuda").manual_seed(0)
-    qkv = torch.randn(batch, T, 3, H, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    q, k, v = (qkv[:, :, i].transpose(1, 2).requires_grad_() for i in range(3))  # (B, H, T, D) views
+    q, k, v = (t.requires_grad_() for t in packed_qkv(batch, H, T, D, gen))  # (B, H, T, D) views
     grad = torch.randn(batch, T, H, D, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [batch, H, T, D]}
     lse_c, seed, offset = cudnn_layout(q, k, v)

@@ -29,16 +29,10 @@ from triton.testing import do_bench
 
 from andrea_exp.instruments import attn_stats
 from andrea_exp.model import attn_fwd_stats_kernel as fused
-from benchmarks.common import git_commit, write_result
+from benchmarks.common import git_commit, packed_qkv, write_result
 
 H, T = 12, 1024
 CHECKED = 3  # the fastest configurations whose statistics are checked against float64
-
-
-def qkv(B: int, d: int):
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    packed = torch.randn(B, T, 3, H, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    return (packed[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) views, as the model's
 
 
 def sdpa_ms(q, k, v, backend) -> float | dict:
@@ -67,7 +61,7 @@ def main(argv=None) -> dict:
     started = time.perf_counter()
     B, d = args.batch_size, args.head_dim
     scale = d ** -0.5
-    q, k, v = qkv(B, d)
+    q, k, v = packed_qkv(B, H, T, d, torch.Generator(device="cuda").manual_seed(0))
     flag = torch.ones(1, dtype=torch.int32, device="cuda")
     with sdpa_kernel(SDPBackend.MATH):
         expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)

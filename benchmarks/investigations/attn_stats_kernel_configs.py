@@ -34,6 +34,7 @@ from triton.testing import do_bench
 
 from andrea_exp.instruments import attn_stats
 from andrea_exp.model import step_stats_kernel
+from benchmarks.common import packed_qkv
 
 UPDATE_HEAD = "def _online_update(m_i, l_i, a_i, r, visible, qk_scale, MASKED: tl.constexpr):"
 VARIANT_BODIES = {
@@ -92,12 +93,6 @@ def variant_module(name: str):
     return module
 
 
-def qk(B, H, T, d):
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    qkv = torch.randn(B, T, 3, H, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    return (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) views, as the model's
-
-
 def row_kernel_ms(module, q, k, cfg: dict) -> float:
     B, H, T, D = q.shape
     n_row_blocks = triton.cdiv(T, cfg["BLOCK_M"])
@@ -140,7 +135,7 @@ def main(argv=None) -> dict:
               "shape": f"B {B}, H 12, T 1024, bf16, causal", "by_head_dim": {}}
     full = variant_module("full")
     for d in (int(x) for x in args.head_dims.split(",")):
-        q, k, v = qk(B, 12, 1024, d)
+        q, k, v = packed_qkv(B, 12, 1024, d, torch.Generator(device="cuda").manual_seed(0))
         entry = {"sdpa_forward_ms": do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                              warmup=25, rep=100, return_mode="median")}
         current = step_stats_kernel.launch_config(d, torch.bfloat16)
