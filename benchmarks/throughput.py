@@ -147,20 +147,20 @@ class ReferenceRun:
             self.model = nanogpt.GPT(gpt).to(device)
             self.optimizer = self.model.configure_optimizers(tc.weight_decay, tc.lr, (tc.beta1, tc.beta2),
                                                              device.type)
-        self.returns_logits = nanogpt is not None  # nanoGPT's forward gives (logits, loss)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.train_model = torch.compile(self.model, mode=compile_mode) if compile_on else self.model
+        self.loss = self.train_model if nanogpt is None else self._nanogpt_loss
         self.data, self.autocast, self.batch_size, self.seed = data, autocast, tc.batch_size, cfg.seed
         self.log_every, self.step_no, self.window = tc.log_every, 0, []
 
+    def _nanogpt_loss(self, x, y):
+        """nanoGPT's forward gives (logits, loss); its loader hands it contiguous batches (its loss uses .view)."""
+        return self.train_model(x.contiguous(), y.contiguous())[1]
+
     def step(self, with_probe: bool = True) -> None:
         x, y = self.data.batch(self.step_no, self.batch_size, self.seed)
-        if self.returns_logits:  # nanoGPT's loader hands its model contiguous batches (its loss uses .view)
-            x, y = x.contiguous(), y.contiguous()
         with self.autocast():
-            loss = self.train_model(x, y)
-        if self.returns_logits:
-            loss = loss[1]
+            loss = self.loss(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()

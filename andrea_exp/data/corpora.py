@@ -149,12 +149,10 @@ def debian_package(package: str, into: Path, version: str | None = None) -> Path
     if shutil.which("apt-get") is None:
         raise ConfigError(f"fetching {package} needs apt-get (Debian's apt), which is not on PATH; or put its .deb "
                           f"in {into}")
-    done = None
-    if version is not None:
-        done = subprocess.run(["apt-get", "download", "-q", f"{package}={version}"], cwd=into, capture_output=True,
-                              text=True)
-    if done is None or done.returncode != 0:
-        done = subprocess.run(["apt-get", "download", "-q", package], cwd=into, capture_output=True, text=True)
+    for request in ([f"{package}={version}"] if version is not None else []) + [package]:  # the measured version first
+        done = subprocess.run(["apt-get", "download", "-q", request], cwd=into, capture_output=True, text=True)
+        if done.returncode == 0:
+            break
     found = sorted(into.glob(f"{package}_*.deb"))
     if done.returncode != 0 or len(found) != 1:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
